@@ -1,0 +1,1 @@
+"""The HTTP API: handlers validate and authorize, then call the service."""

@@ -1,0 +1,10 @@
+"""The `work-ledger` command line: one Typer app, its verbs grouped by module."""
+
+from __future__ import annotations
+
+from work_ledger.cli import server as _server  # noqa: F401  (registers serve, migrate, audit)
+from work_ledger.cli.app import app
+
+
+def main() -> None:
+    app()

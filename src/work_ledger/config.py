@@ -1,0 +1,50 @@
+"""Settings from WL_* environment variables (and a `.env` file in the working directory)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+from dotenv import load_dotenv
+
+DEFAULT_PORT = 4001
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    database_url: str | None
+    home: Path
+    lease_seconds: int
+    stall_seconds: int
+    evidence_allowed_prefixes: tuple[str, ...]
+    url: str
+    token: str | None
+    secret: str | None
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be an integer number of seconds, not {raw!r}") from None
+
+
+def load_settings() -> Settings:
+    load_dotenv(override=False)
+    prefixes = os.environ.get("WL_EVIDENCE_ALLOWED_PREFIXES", "")
+    home = os.environ.get("WL_HOME") or platformdirs.user_data_dir("work-ledger")
+    return Settings(
+        database_url=os.environ.get("WL_DATABASE_URL") or None,
+        home=Path(home).expanduser(),
+        lease_seconds=_int("WL_LEASE_SECONDS", 900),
+        stall_seconds=_int("WL_STALL_SECONDS", 300),
+        evidence_allowed_prefixes=tuple(p.strip() for p in prefixes.split(",") if p.strip()),
+        url=os.environ.get("WL_URL") or f"http://127.0.0.1:{DEFAULT_PORT}",
+        token=os.environ.get("WL_TOKEN") or None,
+        secret=os.environ.get("WL_SECRET") or None,
+    )

@@ -1,0 +1,70 @@
+"""Where the database is, and connections to it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from work_ledger.config import Settings
+from work_ledger.db.embedded import DATABASE_NAME, embedded_server_url
+
+# Every connection talks UTC and names itself in pg_stat_activity.
+SERVER_SETTINGS = {"timezone": "UTC", "application_name": "work-ledger"}
+
+
+def with_database(url: str, database: str) -> str:
+    """The same server URL, pointing at another database."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+async def ensure_database(admin_url: str, database: str, template: str | None = None) -> None:
+    """Create `database` on the server unless it exists (no-op when it does)."""
+    conn = await asyncpg.connect(admin_url, server_settings=SERVER_SETTINGS)
+    try:
+        exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", database)
+        if not exists:
+            quoted = '"' + database.replace('"', '""') + '"'
+            clause = "" if template is None else ' TEMPLATE "' + template.replace('"', '""') + '"'
+            # Another process may create it between our look and our create.
+            with contextlib.suppress(asyncpg.DuplicateDatabaseError):
+                await conn.execute(f"CREATE DATABASE {quoted}{clause}")
+    finally:
+        await conn.close()
+
+
+async def resolve_database_url(settings: Settings) -> str:
+    """WL_DATABASE_URL if set; otherwise the embedded server's ledger database."""
+    if settings.database_url:
+        return settings.database_url
+    admin_url = embedded_server_url(settings.home)
+    await ensure_database(admin_url, DATABASE_NAME)
+    return with_database(admin_url, DATABASE_NAME)
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    for type_name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            type_name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+        )
+
+
+async def connect(url: str) -> asyncpg.Connection:
+    conn = await asyncpg.connect(url, server_settings=SERVER_SETTINGS)
+    await _init_connection(conn)
+    return conn
+
+
+async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+    pool = await asyncpg.create_pool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        server_settings=SERVER_SETTINGS,
+        init=_init_connection,
+    )
+    assert pool is not None
+    return pool

@@ -1,0 +1,297 @@
+-- Writes to units. Each statement is one transaction and one round trip: it guards the
+-- state it expects, changes the unit, its attempt and its questions, and appends the
+-- event. Zero rows back means the guard refused; the service then looks once to say why.
+
+-- name: register_units
+-- $1 refs, $2 fleets, $3 domains, $4 workflow ids (parallel arrays), $5 acting principal.
+WITH input AS (
+    SELECT i.external_ref, i.fleet, i.domain, i.workflow_id, i.ord
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])
+         WITH ORDINALITY AS i (external_ref, fleet, domain, workflow_id, ord)
+), inserted AS (
+    INSERT INTO work_units (external_ref, fleet, domain, workflow_id)
+    SELECT external_ref, fleet, domain, workflow_id FROM input ORDER BY ord
+    ON CONFLICT (external_ref) DO NOTHING
+    RETURNING id, external_ref, state
+), registered AS (
+    INSERT INTO work_unit_events (unit_id, event_type, to_state, agent_id)
+    SELECT id, 'registered', state, $5 FROM inserted
+)
+SELECT coalesce(n.id, u.id) AS id, i.external_ref, n.id IS NOT NULL AS created
+FROM input AS i
+LEFT JOIN inserted AS n ON n.external_ref = i.external_ref
+LEFT JOIN work_units AS u ON u.external_ref = i.external_ref
+ORDER BY i.ord;
+
+-- name: claim_unit
+-- $1 agent, $2 domain or null, $3 lease seconds, $4 unit id for a named claim or null.
+-- An agent already holding a live claim gets it back (resumed). Otherwise the oldest
+-- lapsed lease is reclaimed first (its agent is presumed dead), then the oldest ready unit.
+WITH held AS (
+    SELECT id FROM work_units
+    WHERE claimed_by = $1 AND state IN ('claimed', 'in_progress')
+), lapsed AS (
+    SELECT id, state, claimed_by, attempt_count FROM work_units
+    WHERE state IN ('claimed', 'in_progress') AND lease_expires_at < now()
+      AND ($4::uuid IS NULL OR id = $4) AND ($2::text IS NULL OR domain = $2)
+      AND NOT EXISTS (SELECT 1 FROM held)
+    ORDER BY lease_expires_at
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
+), fresh AS (
+    SELECT id, state, claimed_by, attempt_count FROM work_units
+    WHERE state = 'ready'
+      AND ($4::uuid IS NULL OR id = $4) AND ($2::text IS NULL OR domain = $2)
+      AND NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM lapsed)
+    ORDER BY created_at, id
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
+), picked AS (
+    SELECT * FROM lapsed UNION ALL SELECT * FROM fresh
+), claimed AS (
+    UPDATE work_units AS u
+    SET state = 'claimed', claimed_by = $1, attempt_count = u.attempt_count + 1,
+        lease_expires_at = now() + make_interval(secs => $3), last_heartbeat_at = now()
+    FROM picked AS p
+    WHERE u.id = p.id
+    RETURNING u AS unit, p.state AS from_state, p.claimed_by AS previous_agent
+), superseded AS (
+    UPDATE work_unit_attempts AS a
+    SET outcome = 'superseded', ended_at = now()
+    FROM claimed AS c
+    WHERE a.unit_id = (c.unit).id AND a.outcome IS NULL
+    RETURNING a.id
+), attempt AS (
+    -- Reading `superseded` first makes the old attempt end before the new one starts.
+    INSERT INTO work_unit_attempts (unit_id, attempt_no, agent_id)
+    SELECT (c.unit).id, (c.unit).attempt_count, $1
+    FROM claimed AS c, (SELECT array_agg(id) AS ids FROM superseded) AS s
+    RETURNING work_unit_attempts AS attempt, (SELECT array_agg(id) FROM superseded) AS superseded_ids
+), event AS (
+    INSERT INTO work_unit_events (unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail)
+    SELECT (c.unit).id, (a.attempt).id,
+           CASE WHEN c.from_state = 'ready' THEN 'claimed' ELSE 'stale_reclaimed' END::work_event_type,
+           c.from_state, 'claimed', $1,
+           CASE WHEN c.from_state = 'ready' THEN '{}'::jsonb
+                ELSE jsonb_build_object('previous_agent', c.previous_agent,
+                                        'superseded_attempt_id', a.superseded_ids[1]) END
+    FROM claimed AS c, attempt AS a
+)
+SELECT c.unit, a.attempt, false AS resumed, c.from_state
+FROM claimed AS c, attempt AS a
+UNION ALL
+SELECT u, t, true, u.state
+FROM work_units AS u
+JOIN work_unit_attempts AS t ON t.unit_id = u.id AND t.outcome IS NULL
+WHERE u.id IN (SELECT id FROM held) AND ($4::uuid IS NULL OR u.id = $4);
+
+-- name: heartbeat_attempt
+-- $1 attempt id, $2 holder or null (privileged), $3 lease seconds. A blocked unit's lease
+-- stays paused; its heartbeat only proves the holder is alive.
+WITH live AS (
+    SELECT u.id AS unit_id, a.id AS attempt_id
+    FROM work_unit_attempts AS a
+    JOIN work_units AS u ON u.id = a.unit_id
+    WHERE a.id = $1 AND a.outcome IS NULL
+      AND u.state IN ('claimed', 'in_progress', 'blocked')
+      AND ($2::text IS NULL OR u.claimed_by = $2)
+    FOR NO KEY UPDATE OF u, a
+), unit AS (
+    UPDATE work_units AS u
+    SET last_heartbeat_at = now(),
+        lease_expires_at = CASE WHEN u.state = 'blocked' THEN NULL
+                                ELSE now() + make_interval(secs => $3) END
+    FROM live
+    WHERE u.id = live.unit_id
+    RETURNING u AS unit
+), event AS (
+    INSERT INTO work_unit_events (unit_id, attempt_id, event_type, agent_id, detail)
+    SELECT (unit).id, $1, 'heartbeat', (unit).claimed_by,
+           jsonb_build_object('lease_expires_at', (unit).lease_expires_at)
+    FROM unit
+)
+SELECT unit.unit, a AS attempt
+FROM unit JOIN work_unit_attempts AS a ON a.id = $1;
+
+-- name: transition_unit
+-- Start (claimed → in_progress), verify (in_progress → verified) and release
+-- (claimed|in_progress → ready). $1 unit, $2 target state, $3 states it may leave,
+-- $4 holder or null (privileged), $5 fenced attempt or null, $6 evidence url or null,
+-- $7 outcome that ends the attempt (null keeps it running), $8 event type, $9 detail,
+-- $10 acting principal.
+WITH live AS (
+    SELECT u.id AS unit_id, u.state AS from_state, a.id AS attempt_id
+    FROM work_units AS u
+    JOIN work_unit_attempts AS a ON a.unit_id = u.id AND a.outcome IS NULL
+    WHERE u.id = $1 AND u.state = ANY ($3::work_state[])
+      AND ($4::text IS NULL OR u.claimed_by = $4)
+      AND ($5::uuid IS NULL OR a.id = $5)
+    FOR NO KEY UPDATE OF u, a
+), unit AS (
+    UPDATE work_units AS u
+    SET state = $2::work_state,
+        claimed_by = CASE WHEN $2::work_state IN ('ready', 'verified') THEN NULL ELSE u.claimed_by END,
+        lease_expires_at = CASE WHEN $2::work_state IN ('ready', 'verified') THEN NULL ELSE u.lease_expires_at END,
+        evidence_urls = CASE WHEN $6::text IS NULL THEN u.evidence_urls
+                             ELSE array_append(u.evidence_urls, $6) END
+    FROM live
+    WHERE u.id = live.unit_id
+    RETURNING u AS unit, live.from_state, live.attempt_id, live.unit_id
+), attempt AS (
+    UPDATE work_unit_attempts AS a
+    SET outcome = $7, ended_at = now(), evidence_url = coalesce($6, a.evidence_url)
+    FROM unit
+    WHERE a.id = unit.attempt_id AND $7::attempt_outcome IS NOT NULL
+    RETURNING a AS attempt
+), event AS (
+    INSERT INTO work_unit_events
+        (unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail)
+    SELECT unit_id, attempt_id, $8, from_state, $2, $10,
+           $9::jsonb || jsonb_strip_nulls(jsonb_build_object('outcome', $7::attempt_outcome,
+                                                             'evidence_url', $6::text))
+    FROM unit
+)
+SELECT unit.unit, coalesce((SELECT attempt FROM attempt), a) AS attempt
+FROM unit JOIN work_unit_attempts AS a ON a.id = unit.attempt_id;
+
+-- name: block_unit
+-- in_progress → blocked with a question; the lease pauses. $1 unit, $2 holder or null,
+-- $3 fenced attempt or null, $4 question, $5 assignee group, $6 acting principal.
+WITH live AS (
+    SELECT u.id AS unit_id, a.id AS attempt_id
+    FROM work_units AS u
+    JOIN work_unit_attempts AS a ON a.unit_id = u.id AND a.outcome IS NULL
+    WHERE u.id = $1 AND u.state = 'in_progress'
+      AND ($2::text IS NULL OR u.claimed_by = $2)
+      AND ($3::uuid IS NULL OR a.id = $3)
+    FOR NO KEY UPDATE OF u, a
+), unit AS (
+    UPDATE work_units AS u
+    SET state = 'blocked', lease_expires_at = NULL
+    FROM live
+    WHERE u.id = live.unit_id
+    RETURNING u AS unit, live.attempt_id
+), question AS (
+    INSERT INTO blocking_questions (unit_id, attempt_id, question, assignee_group_slug, asked_by)
+    SELECT (unit).id, attempt_id, $4, $5, $6 FROM unit
+    RETURNING blocking_questions AS question
+), event AS (
+    INSERT INTO work_unit_events
+        (unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail)
+    SELECT (unit).id, attempt_id, 'blocked', 'in_progress', 'blocked', $6,
+           jsonb_build_object('question_id', (q.question).id, 'question', $4::text)
+    FROM unit, question AS q
+)
+SELECT unit.unit, q.question FROM unit, question AS q;
+
+-- name: resume_blocked_unit
+-- blocked → in_progress, closing its open question: answered (unblock) or cancelled.
+-- $1 unit or null, $2 question id or null (the unit's open one), $3 answer or null (cancel),
+-- $4 acting principal, $5 lease seconds, $6 reason or null.
+WITH open_question AS (
+    SELECT q.id, q.attempt_id, u.id AS unit_id
+    FROM blocking_questions AS q
+    JOIN work_units AS u ON u.id = q.unit_id
+    WHERE q.status = 'open' AND u.state = 'blocked'
+      AND ($1::uuid IS NULL OR q.unit_id = $1) AND ($2::uuid IS NULL OR q.id = $2)
+      AND coalesce($1, $2) IS NOT NULL
+    FOR NO KEY UPDATE OF u, q
+), question AS (
+    UPDATE blocking_questions AS q
+    SET status = CASE WHEN $3::text IS NULL THEN 'cancelled' ELSE 'answered' END::question_status,
+        answer = $3, answered_by = $4, closed_at = now()
+    FROM open_question AS o
+    WHERE q.id = o.id
+    RETURNING q AS question
+), unit AS (
+    UPDATE work_units AS u
+    SET state = 'in_progress', lease_expires_at = now() + make_interval(secs => $5),
+        last_heartbeat_at = now()
+    FROM open_question AS o
+    WHERE u.id = o.unit_id
+    RETURNING u AS unit, o.attempt_id, o.id AS question_id
+), event AS (
+    INSERT INTO work_unit_events
+        (unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail)
+    SELECT (unit).id, attempt_id, 'unblocked', 'blocked', 'in_progress', $4,
+           jsonb_strip_nulls(jsonb_build_object(
+               'question_id', question_id, 'answered', $3::text IS NOT NULL, 'reason', $6::text))
+    FROM unit
+)
+SELECT unit.unit, q.question FROM unit, question AS q;
+
+-- name: record_cost
+-- $1 attempt, $2 cents (> 0), $3 the attempt's agent or null (privileged). The unit row is
+-- locked first, as every other write does, so cost never deadlocks with a claim.
+WITH target AS (
+    SELECT a.unit_id, a.agent_id
+    FROM work_unit_attempts AS a
+    JOIN work_units AS u ON u.id = a.unit_id
+    WHERE a.id = $1 AND ($3::text IS NULL OR a.agent_id = $3)
+    FOR NO KEY UPDATE OF u
+), attempt AS (
+    UPDATE work_unit_attempts AS a
+    SET cost_cents = a.cost_cents + $2
+    FROM target
+    WHERE a.id = $1
+    RETURNING a AS attempt
+), unit AS (
+    UPDATE work_units AS u
+    SET cost_cents = u.cost_cents + $2
+    FROM target AS t
+    WHERE u.id = t.unit_id
+    RETURNING u AS unit
+), event AS (
+    INSERT INTO work_unit_events (unit_id, attempt_id, event_type, agent_id, cost_delta_cents)
+    SELECT unit_id, $1, 'cost_recorded', coalesce($3, agent_id), $2 FROM target
+)
+SELECT unit.unit, attempt.attempt FROM unit, attempt;
+
+-- name: dispose_unit
+-- Close a unit for good. $1 unit, $2 disposition, $3 states it may leave with it,
+-- $4 holder or null (privileged), $5 fenced attempt or null, $6 evidence url or null,
+-- $7 reason or null, $8 acting principal. A still-running attempt ends `blocked` when
+-- the unit was blocked, `abandoned` otherwise.
+-- An agent may dispose only a unit it holds, or the unit its own attempt verified.
+WITH target AS (
+    SELECT u.id AS unit_id, u.state AS from_state, a.id AS attempt_id, a.outcome
+    FROM work_units AS u
+    LEFT JOIN work_unit_attempts AS a ON a.unit_id = u.id AND a.attempt_no = u.attempt_count
+    WHERE u.id = $1 AND u.state = ANY ($3::work_state[])
+      AND ($4::text IS NULL OR (a.agent_id = $4 AND (a.outcome IS NULL OR a.outcome = 'verified')))
+      AND ($5::uuid IS NULL OR (a.id = $5 AND (a.outcome IS NULL OR a.outcome = 'verified')))
+    FOR NO KEY UPDATE OF u
+), unit AS (
+    UPDATE work_units AS u
+    SET state = CASE WHEN $2::work_disposition = 'MIGRATED' THEN 'done' ELSE 'abandoned' END::work_state,
+        disposition = $2::work_disposition, disposed_at = now(), claimed_by = NULL, lease_expires_at = NULL,
+        evidence_urls = CASE WHEN $6::text IS NULL THEN u.evidence_urls
+                             ELSE array_append(u.evidence_urls, $6) END
+    FROM target AS t
+    WHERE u.id = t.unit_id
+    RETURNING u AS unit, t.from_state, t.attempt_id
+), attempt AS (
+    UPDATE work_unit_attempts AS a
+    SET outcome = CASE WHEN t.from_state = 'blocked' THEN 'blocked'
+                       ELSE 'abandoned' END::attempt_outcome,
+        ended_at = now()
+    FROM target AS t
+    WHERE a.id = t.attempt_id AND a.outcome IS NULL
+    RETURNING a.id
+), cancelled AS (
+    UPDATE blocking_questions AS q
+    SET status = 'cancelled', closed_at = now(), answered_by = $8
+    FROM target AS t
+    WHERE q.unit_id = t.unit_id AND q.status = 'open'
+    RETURNING q.id
+), event AS (
+    INSERT INTO work_unit_events
+        (unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail)
+    SELECT (unit).id, attempt_id, 'disposed', from_state, (unit).state, $8,
+           jsonb_strip_nulls(jsonb_build_object(
+               'disposition', $2::work_disposition, 'evidence_url', $6::text, 'reason', $7::text,
+               'cancelled_question_ids', (SELECT array_agg(id) FROM cancelled),
+               'ended_attempt', (SELECT count(*) FROM attempt) > 0))
+    FROM unit
+)
+SELECT unit FROM unit;

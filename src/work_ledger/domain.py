@@ -1,0 +1,247 @@
+"""The vocabulary of the ledger: states, dispositions, the allowed map, and its records.
+
+Pure: no I/O. The database enforces the same map (`wl_next_states` in migration 0002);
+a test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class State(StrEnum):
+    READY = "ready"
+    CLAIMED = "claimed"
+    IN_PROGRESS = "in_progress"
+    BLOCKED = "blocked"
+    VERIFIED = "verified"
+    DONE = "done"
+    ABANDONED = "abandoned"
+
+
+class Disposition(StrEnum):
+    MIGRATED = "MIGRATED"
+    DROPPED = "DROPPED"
+    DEFERRED = "DEFERRED"
+    DEAD = "DEAD"
+
+
+class Outcome(StrEnum):
+    VERIFIED = "verified"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+    ABANDONED = "abandoned"
+    SUPERSEDED = "superseded"
+
+
+class QuestionStatus(StrEnum):
+    OPEN = "open"
+    ANSWERED = "answered"
+    CANCELLED = "cancelled"
+
+
+# DESIGN §4. claimed → claimed and in_progress → claimed are the stale reclaim.
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.READY: frozenset({State.CLAIMED, State.ABANDONED}),
+    State.CLAIMED: frozenset({State.IN_PROGRESS, State.READY, State.CLAIMED}),
+    State.IN_PROGRESS: frozenset(
+        {State.READY, State.CLAIMED, State.BLOCKED, State.VERIFIED, State.ABANDONED}
+    ),
+    State.BLOCKED: frozenset({State.IN_PROGRESS, State.ABANDONED}),
+    State.VERIFIED: frozenset({State.DONE}),
+    State.DONE: frozenset(),
+    State.ABANDONED: frozenset(),
+}
+
+# Which dispositions may close a unit from each state.
+DISPOSITIONS_FROM: dict[State, frozenset[Disposition]] = {
+    State.READY: frozenset({Disposition.DROPPED, Disposition.DEFERRED, Disposition.DEAD}),
+    State.IN_PROGRESS: frozenset({Disposition.DROPPED, Disposition.DEAD}),
+    State.BLOCKED: frozenset({Disposition.DEFERRED, Disposition.DEAD}),
+    State.VERIFIED: frozenset({Disposition.MIGRATED}),
+}
+
+TERMINAL = frozenset({State.DONE, State.ABANDONED})
+LEASED = frozenset({State.CLAIMED, State.IN_PROGRESS})
+HELD = frozenset({State.CLAIMED, State.IN_PROGRESS, State.BLOCKED})
+
+# The next actions a caller may take from each state, as an agent reads them.
+NEXT_ACTIONS: dict[State, tuple[str, ...]] = {
+    State.READY: ("claim", "dispose DROPPED|DEFERRED|DEAD (operator)"),
+    State.CLAIMED: ("start", "heartbeat", "release", "cost"),
+    State.IN_PROGRESS: ("heartbeat", "cost", "block", "verify", "release", "dispose DROPPED|DEAD"),
+    State.BLOCKED: ("unblock (answer)", "cancel question", "dispose DEFERRED|DEAD", "cost"),
+    State.VERIFIED: ("dispose MIGRATED", "cost"),
+    State.DONE: (),
+    State.ABANDONED: (),
+}
+
+
+def dispositions_allowed_from(state: State) -> frozenset[Disposition]:
+    return DISPOSITIONS_FROM.get(state, frozenset())
+
+
+def states_disposable_as(disposition: Disposition) -> list[State]:
+    return [s for s, allowed in DISPOSITIONS_FROM.items() if disposition in allowed]
+
+
+def _from_record(cls: type[Any], record: Any) -> Any:
+    return cls(**{name: record[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    id: uuid.UUID
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    external_ref: str
+    fleet: str
+    domain: str
+    state: State
+    disposition: Disposition | None
+    disposed_at: dt.datetime | None
+    workflow_id: str | None
+    claimed_by: str | None
+    lease_expires_at: dt.datetime | None
+    last_heartbeat_at: dt.datetime | None
+    attempt_count: int
+    cost_cents: int
+    evidence_urls: list[str]
+
+    @classmethod
+    def from_record(cls, record: Any) -> Unit:
+        unit: Unit = _from_record(cls, record)
+        object.__setattr__(unit, "state", State(unit.state))
+        if unit.disposition is not None:
+            object.__setattr__(unit, "disposition", Disposition(unit.disposition))
+        return unit
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    id: uuid.UUID
+    unit_id: uuid.UUID
+    attempt_no: int
+    agent_id: str
+    started_at: dt.datetime
+    outcome: Outcome | None
+    cost_cents: int
+    evidence_url: str | None
+    ended_at: dt.datetime | None
+
+    @property
+    def live(self) -> bool:
+        return self.outcome is None
+
+    @classmethod
+    def from_record(cls, record: Any) -> Attempt:
+        attempt: Attempt = _from_record(cls, record)
+        if attempt.outcome is not None:
+            object.__setattr__(attempt, "outcome", Outcome(attempt.outcome))
+        return attempt
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    id: uuid.UUID
+    unit_id: uuid.UUID
+    attempt_id: uuid.UUID | None
+    question: str
+    status: QuestionStatus
+    answer: str | None
+    assignee_group_slug: str
+    external_task_id: str | None
+    asked_by: str | None
+    answered_by: str | None
+    created_at: dt.datetime
+    closed_at: dt.datetime | None
+
+    @classmethod
+    def from_record(cls, record: Any) -> Question:
+        question: Question = _from_record(cls, record)
+        object.__setattr__(question, "status", QuestionStatus(question.status))
+        return question
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    unit_id: uuid.UUID
+    attempt_id: uuid.UUID | None
+    event_type: str
+    from_state: State | None
+    to_state: State | None
+    agent_id: str | None
+    cost_delta_cents: int
+    detail: dict[str, Any]
+    source_event_id: str | None
+    created_at: dt.datetime
+
+    @classmethod
+    def from_record(cls, record: Any) -> Event:
+        event: Event = _from_record(cls, record)
+        return event
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The answer to a claim: a unit and its live attempt, or nothing claimable."""
+
+    unit: Unit | None
+    attempt: Attempt | None
+    resumed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UnitDetail:
+    unit: Unit
+    attempts: list[Attempt]
+    questions: list[Question]
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    id: uuid.UUID
+    external_ref: str
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NewUnit:
+    external_ref: str
+    fleet: str
+    domain: str | None = None
+    workflow_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    items: list[T]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who acts. An unprivileged actor (an agent) may only write to units it holds."""
+
+    name: str
+    privileged: bool = False
+
+    @property
+    def holder(self) -> str | None:
+        """The holder the SQL guards check, or None when any holder is acceptable."""
+        return None if self.privileged else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    unit_id: uuid.UUID
+    external_ref: str
+    rule: str
+    detail: str

@@ -1,0 +1,115 @@
+"""The one exception tree of work-ledger. Imports nothing from the package.
+
+Every error has a snake_case `code` and an HTTP `status`; the API renders it as RFC 9457
+problem+json and the SDK maps `code` back to the same class. `detail` is written for the
+reader that acts on it, often an LLM agent: what was refused, why, and what to do instead.
+
+    WorkLedgerError
+    ├── InvalidInput            422 malformed or out-of-bounds input
+    │   └── IdempotencyKeyReused 422 same Idempotency-Key, different request
+    ├── Unauthorized            401 missing, unknown or revoked token
+    ├── Forbidden               403 the token's role may not do this
+    │   └── NotHolder           403 the unit is held by another agent
+    ├── NotFound                404 unknown unit, attempt or question
+    ├── InvariantViolation      409 a ledger rule refused the change (names `invariant`)
+    │   └── AttemptSuperseded   409 the attempt written against is no longer live
+    ├── PayloadTooLarge         413
+    └── Unavailable             503 the database cannot be reached
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+
+class WorkLedgerError(Exception):
+    code: ClassVar[str] = "work_ledger_error"
+    status: ClassVar[int] = 500
+    title: ClassVar[str] = "Work ledger error"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        invariant: str | None = None,
+        unit_id: str | None = None,
+        state: str | None = None,
+        allowed: Sequence[str] = (),
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.invariant = invariant
+        self.unit_id = unit_id
+        self.state = state
+        self.allowed = list(allowed)
+        self.extra = extra or {}
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.detail}"
+
+
+class InvalidInput(WorkLedgerError):
+    code = "invalid_input"
+    status = 422
+    title = "Invalid input"
+
+
+class IdempotencyKeyReused(InvalidInput):
+    code = "idempotency_key_reused"
+    title = "Idempotency-Key reused with a different request"
+
+
+class Unauthorized(WorkLedgerError):
+    code = "unauthorized"
+    status = 401
+    title = "Missing or unknown token"
+
+
+class Forbidden(WorkLedgerError):
+    code = "forbidden"
+    status = 403
+    title = "Not allowed for this token"
+
+
+class NotHolder(Forbidden):
+    code = "not_holder"
+    title = "The unit is not held by this agent"
+
+
+class NotFound(WorkLedgerError):
+    code = "not_found"
+    status = 404
+    title = "Not found"
+
+
+class InvariantViolation(WorkLedgerError):
+    code = "invariant_violation"
+    status = 409
+    title = "Refused by a ledger invariant"
+
+
+class AttemptSuperseded(InvariantViolation):
+    code = "attempt_superseded"
+    title = "The attempt is no longer live"
+
+
+class PayloadTooLarge(WorkLedgerError):
+    code = "payload_too_large"
+    status = 413
+    title = "Request body too large"
+
+
+class Unavailable(WorkLedgerError):
+    code = "unavailable"
+    status = 503
+    title = "Database unavailable"
+
+
+def all_error_classes() -> list[type[WorkLedgerError]]:
+    """Every class of the tree, root first (the SDK maps codes back with it)."""
+    found: list[type[WorkLedgerError]] = [WorkLedgerError]
+    for cls in found:
+        found.extend(cls.__subclasses__())
+    return found

@@ -1,0 +1,38 @@
+"""Opening the ledger: find the database, migrate it, and pool connections to it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from work_ledger.config import Settings
+from work_ledger.db.connect import connect, create_pool, resolve_database_url
+from work_ledger.db.migrate import apply_migrations
+from work_ledger.db.store import Store
+from work_ledger.service import Ledger
+
+
+async def migrate_database(url: str) -> list[str]:
+    conn = await connect(url)
+    try:
+        return [f"{m.version:04d}_{m.name}" for m in await apply_migrations(conn)]
+    finally:
+        await conn.close()
+
+
+@asynccontextmanager
+async def open_ledger(
+    settings: Settings, *, max_connections: int = 10, url: str | None = None
+) -> AsyncIterator[Ledger]:
+    """A migrated, pooled ledger for the life of the block."""
+    url = url or await resolve_database_url(settings)
+    await migrate_database(url)
+    pool = await create_pool(url, min_size=min(2, max_connections), max_size=max_connections)
+    try:
+        yield Ledger(
+            Store(pool),
+            lease_seconds=settings.lease_seconds,
+            evidence_prefixes=settings.evidence_allowed_prefixes,
+        )
+    finally:
+        await pool.close()

@@ -1,0 +1,676 @@
+"""The use cases of the ledger: one method per operation of DESIGN §4.
+
+Each write is one named SQL statement, so one transaction and one round trip, that
+guards the state it expects, changes the rows and appends its event. When the guard
+refuses (zero rows), the ledger looks once at the unit to say which rule refused and what
+the caller may do next; nothing was written.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from work_ledger.db.store import Store
+from work_ledger.domain import (
+    HELD,
+    NEXT_ACTIONS,
+    Actor,
+    Attempt,
+    Claim,
+    Disposition,
+    Event,
+    NewUnit,
+    Outcome,
+    Page,
+    Question,
+    QuestionStatus,
+    Registered,
+    State,
+    Unit,
+    UnitDetail,
+    Violation,
+    states_disposable_as,
+)
+from work_ledger.errors import (
+    AttemptSuperseded,
+    InvalidInput,
+    InvariantViolation,
+    NotFound,
+    NotHolder,
+    WorkLedgerError,
+)
+
+MAX_BATCH = 1000
+MAX_LEASE_SECONDS = 86400
+MAX_EVIDENCE_URL = 2048
+
+
+def _z(moment: dt.datetime | None) -> str:
+    return "never" if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _allowed(state: State) -> str:
+    actions = NEXT_ACTIONS[state]
+    return ", ".join(actions) if actions else "nothing (the unit is closed for good)"
+
+
+class Ledger:
+    """The ledger's use cases over a `Store`."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        lease_seconds: int = 900,
+        evidence_prefixes: Sequence[str] = (),
+    ) -> None:
+        self.store = store
+        self.lease_seconds = lease_seconds
+        self.evidence_prefixes = tuple(evidence_prefixes)
+
+    # -- register ------------------------------------------------------------------------
+
+    async def register(self, units: Sequence[NewUnit], actor: Actor) -> list[Registered]:
+        """Register a batch; units already known by external_ref are left as they are."""
+        if not 1 <= len(units) <= MAX_BATCH:
+            raise InvalidInput(
+                f"register between 1 and {MAX_BATCH} units per batch, not {len(units)}"
+            )
+        first_seen: dict[str, int] = {}
+        for position, unit in enumerate(units):
+            if unit.external_ref in first_seen:
+                raise InvalidInput(
+                    f"external_ref {unit.external_ref!r} appears twice in this batch "
+                    f"(units[{first_seen[unit.external_ref]}] and units[{position}]); send it once"
+                )
+            first_seen[unit.external_ref] = position
+        args = (
+            [u.external_ref for u in units],
+            [u.fleet for u in units],
+            [u.domain or "default" for u in units],
+            [u.workflow_id for u in units],
+            actor.name,
+        )
+        rows = await self.store.fetch("register_units", *args)
+        if any(row["id"] is None for row in rows):
+            # A concurrent batch inserted some of ours after our snapshot: run again, it is
+            # idempotent and now sees them.
+            rows = await self.store.fetch("register_units", *args)
+        return [Registered(row["id"], row["external_ref"], row["created"]) for row in rows]
+
+    # -- claim ---------------------------------------------------------------------------
+
+    async def claim(
+        self, agent: str, *, domain: str | None = None, lease_seconds: int | None = None
+    ) -> Claim:
+        """Claim the next unit (or get back the one `agent` holds). Nothing claimable: empty."""
+        row = await self._claim(agent, domain, self._lease(lease_seconds), None)
+        return Claim(None, None) if row is None else self._to_claim(row)
+
+    async def claim_named(
+        self, unit_ref: str, agent: str, *, lease_seconds: int | None = None
+    ) -> Claim:
+        unit_id = await self.resolve(unit_ref)
+        row = await self._claim(agent, None, self._lease(lease_seconds), unit_id)
+        if row is not None:
+            return self._to_claim(row)
+        raise await self._claim_refused(unit_id, agent)
+
+    async def _claim(
+        self, agent: str, domain: str | None, lease: int, unit_id: uuid.UUID | None
+    ) -> asyncpg.Record | None:
+        try:
+            return await self.store.fetchrow("claim_unit", agent, domain, lease, unit_id)
+        except InvariantViolation as exc:
+            if exc.invariant != "one_live_claim_per_agent":
+                raise
+            # The same agent claimed twice at once and the other claim won: this one now
+            # finds that claim held and returns it, resumed.
+            return await self.store.fetchrow("claim_unit", agent, domain, lease, unit_id)
+
+    def _to_claim(self, row: asyncpg.Record) -> Claim:
+        return Claim(
+            Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"]), row["resumed"]
+        )
+
+    async def _claim_refused(self, unit_id: uuid.UUID, agent: str) -> WorkLedgerError:
+        unit, _ = await self._look(unit_id)
+        held = await self.store.fetchrow("unit_held_by", agent)
+        if held is not None and held["unit"]["id"] != unit_id:
+            other = Unit.from_record(held["unit"])
+            return InvariantViolation(
+                f"{agent} already holds unit {other.external_ref} ({other.state}); an agent holds "
+                f"one live claim at a time. Finish, block or release {other.external_ref} "
+                f"before claiming {unit.external_ref}.",
+                invariant="one_live_claim_per_agent",
+                unit_id=str(unit.id),
+                state=unit.state,
+                allowed=NEXT_ACTIONS[unit.state],
+            )
+        if unit.state in HELD:
+            return InvariantViolation(
+                f"unit {unit.external_ref} is held by {unit.claimed_by} ({unit.state}) "
+                + (
+                    f"until {_z(unit.lease_expires_at)}"
+                    if unit.lease_expires_at
+                    else "while its question is open"
+                )
+                + "; claim another unit, or wait for the lease to lapse",
+                invariant="unit_claimed_only_when_claimable",
+                unit_id=str(unit.id),
+                state=unit.state,
+                allowed=NEXT_ACTIONS[unit.state],
+            )
+        return self._wrong_state(unit, "claim", [State.READY])
+
+    # -- attempt writes ------------------------------------------------------------------
+
+    async def heartbeat(
+        self, attempt_id: uuid.UUID, actor: Actor, *, lease_seconds: int | None = None
+    ) -> tuple[Unit, Attempt]:
+        """Extend the lease of a live attempt (a blocked unit's lease stays paused)."""
+        lease = self._lease(lease_seconds)
+        row = await self.store.fetchrow("heartbeat_attempt", attempt_id, actor.holder, lease)
+        if row is None:
+            raise await self._attempt_refused(attempt_id, actor, "heartbeat")
+        return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
+
+    async def record_cost(
+        self, attempt_id: uuid.UUID, cost_cents: int, actor: Actor
+    ) -> tuple[Unit, Attempt]:
+        """Add `cost_cents` to an attempt, and so to its unit. Spent money is always recorded,
+        even against an attempt that has ended."""
+        if cost_cents <= 0:
+            raise InvalidInput(
+                f"cost_cents must be a positive whole number of cents, not {cost_cents}"
+            )
+        row = await self.store.fetchrow("record_cost", attempt_id, cost_cents, actor.holder)
+        if row is None:
+            raise await self._attempt_refused(attempt_id, actor, "record cost for")
+        return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
+
+    async def _attempt_refused(
+        self, attempt_id: uuid.UUID, actor: Actor, action: str
+    ) -> WorkLedgerError:
+        row = await self.store.fetchrow("attempt_and_unit", attempt_id)
+        if row is None:
+            return NotFound(
+                f"no attempt {attempt_id}; the attempt id comes from the claim response"
+            )
+        unit, attempt = Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
+        if not actor.privileged and attempt.agent_id != actor.name:
+            return NotHolder(
+                f"attempt {attempt.attempt_no} of unit {unit.external_ref} belongs to "
+                f"{attempt.agent_id}, not {actor.name}; you cannot {action} it",
+                unit_id=str(unit.id),
+                state=unit.state,
+                allowed=NEXT_ACTIONS[unit.state],
+            )
+        return self._superseded(unit, attempt)
+
+    # -- unit writes ---------------------------------------------------------------------
+
+    async def start(
+        self, unit_ref: str, actor: Actor, *, attempt_id: uuid.UUID | None = None
+    ) -> tuple[Unit, Attempt]:
+        """claimed → in_progress."""
+        return await self._transition(
+            unit_ref, actor, to=State.IN_PROGRESS, leaving=[State.CLAIMED], attempt_id=attempt_id
+        )
+
+    async def verify(
+        self,
+        unit_ref: str,
+        actor: Actor,
+        evidence_url: str,
+        *,
+        attempt_id: uuid.UUID | None = None,
+        reason: str | None = None,
+    ) -> tuple[Unit, Attempt]:
+        """in_progress → verified with an evidence link; the attempt ends verified."""
+        self.check_evidence(evidence_url)
+        return await self._transition(
+            unit_ref,
+            actor,
+            to=State.VERIFIED,
+            leaving=[State.IN_PROGRESS],
+            attempt_id=attempt_id,
+            evidence_url=evidence_url,
+            outcome=Outcome.VERIFIED,
+            reason=reason,
+        )
+
+    async def release(
+        self,
+        unit_ref: str,
+        actor: Actor,
+        *,
+        outcome: Outcome = Outcome.ABANDONED,
+        reason: str | None = None,
+        attempt_id: uuid.UUID | None = None,
+    ) -> tuple[Unit, Attempt]:
+        """claimed|in_progress → ready; the attempt ends failed or abandoned."""
+        if outcome not in (Outcome.ABANDONED, Outcome.FAILED):
+            raise InvalidInput(
+                f"a release ends its attempt 'failed' or 'abandoned', not {outcome!r}"
+            )
+        return await self._transition(
+            unit_ref,
+            actor,
+            to=State.READY,
+            leaving=[State.CLAIMED, State.IN_PROGRESS],
+            attempt_id=attempt_id,
+            outcome=outcome,
+            reason=reason,
+        )
+
+    async def _transition(
+        self,
+        unit_ref: str,
+        actor: Actor,
+        *,
+        to: State,
+        leaving: list[State],
+        attempt_id: uuid.UUID | None,
+        evidence_url: str | None = None,
+        outcome: Outcome | None = None,
+        reason: str | None = None,
+    ) -> tuple[Unit, Attempt]:
+        unit_id = await self.resolve(unit_ref)
+        event = "released" if to is State.READY else "transitioned"
+        detail = {"reason": reason} if reason else {}
+        row = await self.store.fetchrow(
+            "transition_unit",
+            unit_id,
+            to,
+            leaving,
+            actor.holder,
+            attempt_id,
+            evidence_url,
+            outcome,
+            event,
+            detail,
+            actor.name,
+        )
+        if row is None:
+            action = {State.IN_PROGRESS: "start", State.VERIFIED: "verify", State.READY: "release"}
+            raise await self._refused(unit_id, actor, action[to], leaving, attempt_id)
+        return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
+
+    async def block(
+        self,
+        unit_ref: str,
+        actor: Actor,
+        question: str,
+        *,
+        assignee_group_slug: str = "agent-questions",
+        attempt_id: uuid.UUID | None = None,
+    ) -> tuple[Unit, Question]:
+        """in_progress → blocked with a question; the lease pauses until the answer."""
+        unit_id = await self.resolve(unit_ref)
+        row = await self.store.fetchrow(
+            "block_unit",
+            unit_id,
+            actor.holder,
+            attempt_id,
+            question,
+            assignee_group_slug,
+            actor.name,
+        )
+        if row is None:
+            raise await self._refused(unit_id, actor, "block", [State.IN_PROGRESS], attempt_id)
+        return Unit.from_record(row["unit"]), Question.from_record(row["question"])
+
+    async def unblock(
+        self,
+        unit_ref: str,
+        answer: str,
+        actor: Actor,
+        *,
+        question_id: uuid.UUID | None = None,
+        lease_seconds: int | None = None,
+    ) -> tuple[Unit, Question]:
+        """blocked → in_progress: answer the open question; the holder's lease restarts."""
+        unit_id = await self.resolve(unit_ref)
+        row = await self._resume(unit_id, question_id, answer, actor, lease_seconds, None)
+        return Unit.from_record(row["unit"]), Question.from_record(row["question"])
+
+    async def cancel_question(
+        self, question_id: uuid.UUID, actor: Actor, *, reason: str | None = None
+    ) -> Question:
+        """Withdraw an open question; its blocked unit goes back to in_progress."""
+        question = await self.get_question(question_id)
+        if question.status is not QuestionStatus.OPEN:
+            raise InvariantViolation(
+                f"question {question_id} is already {question.status}; only an open question "
+                "can be cancelled",
+                invariant="question_status_final",
+                unit_id=str(question.unit_id),
+            )
+        unit = await self.get_unit(str(question.unit_id))
+        if not actor.privileged and unit.unit.claimed_by != actor.name:
+            raise NotHolder(
+                f"question {question_id} belongs to unit {unit.unit.external_ref}, held by "
+                f"{unit.unit.claimed_by}; only its holder or an operator may cancel it",
+                unit_id=str(unit.unit.id),
+                state=unit.unit.state,
+                allowed=NEXT_ACTIONS[unit.unit.state],
+            )
+        row = await self._resume(None, question_id, None, actor, None, reason)
+        return Question.from_record(row["question"])
+
+    async def _resume(
+        self,
+        unit_id: uuid.UUID | None,
+        question_id: uuid.UUID | None,
+        answer: str | None,
+        actor: Actor,
+        lease_seconds: int | None,
+        reason: str | None,
+    ) -> asyncpg.Record:
+        lease = self._lease(lease_seconds)
+        args = (unit_id, question_id, answer, actor.name, lease, reason)
+        try:
+            row = await self.store.fetchrow("resume_blocked_unit", *args)
+        except InvariantViolation as exc:
+            if exc.invariant != "one_live_claim_per_agent":
+                raise
+            raise await self._holder_busy(unit_id, question_id) from exc
+        if row is not None:
+            return row
+        if unit_id is None:
+            question = await self.get_question(question_id)  # type: ignore[arg-type]
+            unit_id = question.unit_id
+        unit, _ = await self._look(unit_id)
+        if unit.state is State.BLOCKED:
+            raise NotFound(
+                f"question {question_id} is not the open question of unit {unit.external_ref}; "
+                "GET /questions?status=open lists the open ones",
+                unit_id=str(unit.id),
+                state=unit.state,
+                allowed=NEXT_ACTIONS[unit.state],
+            )
+        raise self._wrong_state(unit, "unblock", [State.BLOCKED])
+
+    async def _holder_busy(
+        self, unit_id: uuid.UUID | None, question_id: uuid.UUID | None
+    ) -> WorkLedgerError:
+        if unit_id is None:
+            unit_id = (await self.get_question(question_id)).unit_id  # type: ignore[arg-type]
+        unit, _ = await self._look(unit_id)
+        return InvariantViolation(
+            f"unit {unit.external_ref} stays blocked: its holder {unit.claimed_by} has since "
+            "claimed another unit, and an agent holds one live claim at a time. The holder must "
+            "release or finish that unit first, or an operator can dispose this one DEFERRED.",
+            invariant="one_live_claim_per_agent",
+            unit_id=str(unit.id),
+            state=unit.state,
+            allowed=NEXT_ACTIONS[unit.state],
+        )
+
+    async def dispose(
+        self,
+        unit_ref: str,
+        disposition: Disposition,
+        actor: Actor,
+        *,
+        evidence_url: str | None = None,
+        reason: str | None = None,
+        attempt_id: uuid.UUID | None = None,
+    ) -> Unit:
+        """Close a unit for good: done (MIGRATED) or abandoned (DROPPED, DEFERRED, DEAD)."""
+        if evidence_url is not None:
+            self.check_evidence(evidence_url)
+        unit_id = await self.resolve(unit_ref)
+        leaving = states_disposable_as(disposition)
+        row = await self.store.fetchrow(
+            "dispose_unit",
+            unit_id,
+            disposition,
+            leaving,
+            actor.holder,
+            attempt_id,
+            evidence_url,
+            reason,
+            actor.name,
+        )
+        if row is None:
+            raise await self._refused(
+                unit_id, actor, f"dispose {disposition}", leaving, attempt_id, after_verify=True
+            )
+        return Unit.from_record(row["unit"])
+
+    # -- why a write was refused ---------------------------------------------------------
+
+    async def _look(self, unit_id: uuid.UUID) -> tuple[Unit, Attempt | None]:
+        row = await self.store.fetchrow("unit_and_last_attempt", unit_id)
+        if row is None:
+            raise NotFound(f"no unit {unit_id}; GET /units lists the registered units")
+        attempt = None if row["attempt"] is None else Attempt.from_record(row["attempt"])
+        return Unit.from_record(row["unit"]), attempt
+
+    async def _refused(
+        self,
+        unit_id: uuid.UUID,
+        actor: Actor,
+        action: str,
+        leaving: list[State],
+        attempt_id: uuid.UUID | None,
+        *,
+        after_verify: bool = False,
+    ) -> WorkLedgerError:
+        unit, last = await self._look(unit_id)
+        if attempt_id is not None:
+            fenced_ok = (
+                last is not None
+                and last.id == attempt_id
+                and (last.live or (after_verify and last.outcome is Outcome.VERIFIED))
+            )
+            if not fenced_ok:
+                attempt = await self.store.fetchrow("attempt_and_unit", attempt_id)
+                if attempt is None or attempt["unit"]["id"] != unit.id:
+                    return NotFound(
+                        f"attempt {attempt_id} is not an attempt of unit {unit.external_ref}"
+                    )
+                return self._superseded(unit, Attempt.from_record(attempt["attempt"]))
+        if not actor.privileged:
+            holder = unit.claimed_by if unit.state in HELD else (last.agent_id if last else None)
+            if unit.state is State.READY or holder != actor.name:
+                return NotHolder(
+                    f"{actor.name} cannot {action} unit {unit.external_ref}: "
+                    + (
+                        f"it is held by {holder} ({unit.state})"
+                        if unit.state in HELD
+                        else f"it is {unit.state} and not held by you"
+                    )
+                    + ". Work only on the unit your own claim returned; claim another unit.",
+                    unit_id=str(unit.id),
+                    state=unit.state,
+                    allowed=NEXT_ACTIONS[unit.state],
+                )
+        return self._wrong_state(unit, action, leaving)
+
+    def _wrong_state(self, unit: Unit, action: str, leaving: list[State]) -> InvariantViolation:
+        needs = " or ".join(leaving) or "no state"
+        return InvariantViolation(
+            f"unit {unit.external_ref} is {unit.state}; {action} needs it {needs}. "
+            f"Allowed from {unit.state}: {_allowed(unit.state)}.",
+            invariant="unit_state_transition_allowed",
+            unit_id=str(unit.id),
+            state=unit.state,
+            allowed=NEXT_ACTIONS[unit.state],
+        )
+
+    def _superseded(self, unit: Unit, attempt: Attempt) -> AttemptSuperseded:
+        why = (
+            f"was superseded: the lease lapsed and {unit.claimed_by or 'another agent'} "
+            f"reclaimed the unit as attempt {unit.attempt_count}"
+            if attempt.outcome is Outcome.SUPERSEDED
+            else f"has ended ({attempt.outcome})"
+        )
+        return AttemptSuperseded(
+            f"attempt {attempt.attempt_no} of unit {unit.external_ref} {why}. Your claim is "
+            "lost: stop working on this unit and do not retry; claim another unit.",
+            invariant="attempt_superseded",
+            unit_id=str(unit.id),
+            state=unit.state,
+            allowed=NEXT_ACTIONS[unit.state],
+        )
+
+    # -- reads ---------------------------------------------------------------------------
+
+    async def resolve(self, unit_ref: str) -> uuid.UUID:
+        """A unit's id from its uuid or its external_ref (a uuid-shaped path is an id)."""
+        with contextlib.suppress(ValueError):
+            return uuid.UUID(unit_ref)
+        row = await self.store.fetchrow("find_unit", unit_ref)
+        if row is None:
+            raise NotFound(
+                f"no unit with id or external_ref {unit_ref!r}; "
+                "GET /units lists the registered units"
+            )
+        unit_id: uuid.UUID = row["unit"]["id"]
+        return unit_id
+
+    async def get_unit(self, unit_ref: str) -> UnitDetail:
+        unit_id = await self.resolve(unit_ref)
+        row = await self.store.fetchrow("unit_with_history", unit_id)
+        if row is None:
+            raise NotFound(f"no unit {unit_ref!r}; GET /units lists the registered units")
+        return UnitDetail(
+            Unit.from_record(row["unit"]),
+            [Attempt.from_record(a) for a in row["attempts"]],
+            [Question.from_record(q) for q in row["questions"]],
+        )
+
+    async def list_units(
+        self,
+        *,
+        state: State | None = None,
+        domain: str | None = None,
+        fleet: str | None = None,
+        disposition: Disposition | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[Unit]:
+        after_time, after_id = _decode_keyset(cursor)
+        rows = await self.store.fetch(
+            "list_units", state, domain, fleet, disposition, after_time, after_id, limit
+        )
+        units = [Unit.from_record(r["unit"]) for r in rows]
+        last = units[-1] if len(units) == limit else None
+        return Page(units, None if last is None else _encode_keyset(last.created_at, last.id))
+
+    async def list_events(
+        self, *, unit_ref: str | None = None, limit: int = 100, cursor: str | None = None
+    ) -> Page[Event]:
+        unit_id = None if unit_ref is None else await self.resolve(unit_ref)
+        if unit_id is not None:
+            await self._look(unit_id)
+        after = None
+        if cursor is not None:
+            if not cursor.isdigit():
+                raise InvalidInput(
+                    f"cursor {cursor!r} is not one this ledger issued; drop it to start over"
+                )
+            after = int(cursor)
+        rows = await self.store.fetch("list_events", unit_id, after, limit)
+        events = [Event.from_record(r) for r in rows]
+        return Page(events, str(events[-1].id) if len(events) == limit else None)
+
+    async def list_questions(
+        self,
+        *,
+        status: QuestionStatus | None = None,
+        assignee_group_slug: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[Question]:
+        after_time, after_id = _decode_keyset(cursor)
+        rows = await self.store.fetch(
+            "list_questions", status, assignee_group_slug, after_time, after_id, limit
+        )
+        questions = [Question.from_record(r["question"]) for r in rows]
+        last = questions[-1] if len(questions) == limit else None
+        return Page(questions, None if last is None else _encode_keyset(last.created_at, last.id))
+
+    async def get_question(self, question_id: uuid.UUID) -> Question:
+        row = await self.store.fetchrow("get_question", question_id)
+        if row is None:
+            raise NotFound(f"no question {question_id}; GET /questions lists them")
+        return Question.from_record(row["question"])
+
+    async def audit(self) -> list[Violation]:
+        """Replay the event log and re-check every invariant; empty when the ledger is sound."""
+        rows = await self.store.fetch("audit_ledger")
+        return [Violation(r["unit_id"], r["external_ref"], r["rule"], r["detail"]) for r in rows]
+
+    # -- input rules shared by every caller -----------------------------------------------
+
+    def _lease(self, lease_seconds: int | None) -> int:
+        lease = self.lease_seconds if lease_seconds is None else lease_seconds
+        if not 1 <= lease <= MAX_LEASE_SECONDS:
+            raise InvalidInput(f"lease_seconds must be 1..{MAX_LEASE_SECONDS}, not {lease}")
+        return lease
+
+    def check_evidence(self, url: str) -> None:
+        """Evidence is a bounded http(s) link, inside WL_EVIDENCE_ALLOWED_PREFIXES if set."""
+        if (
+            not url.startswith(("http://", "https://"))
+            or len(url) > MAX_EVIDENCE_URL
+            or any(c.isspace() for c in url)
+            or len(url.split("/")[2]) == 0
+        ):
+            raise InvalidInput(
+                f"evidence_url must be an http(s) link of at most {MAX_EVIDENCE_URL} characters "
+                "to where the evidence lives, never the evidence itself",
+                invariant="unit_evidence_is_link",
+            )
+        if self.evidence_prefixes and not url.startswith(self.evidence_prefixes):
+            raise InvalidInput(
+                f"evidence_url {url[:200]!r} is outside the allowed evidence locations "
+                f"({', '.join(self.evidence_prefixes)}); upload the evidence there and link to it",
+                invariant="evidence_prefix_allowed",
+            )
+
+
+def _encode_keyset(moment: dt.datetime, row_id: uuid.UUID) -> str:
+    raw = f"{moment.isoformat()}|{row_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_keyset(cursor: str | None) -> tuple[dt.datetime | None, uuid.UUID | None]:
+    if cursor is None:
+        return None, None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        moment, row_id = raw.split("|")
+        return dt.datetime.fromisoformat(moment), uuid.UUID(row_id)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput(
+            f"cursor {cursor!r} is not one this ledger issued; drop it to start over"
+        ) from None
+
+
+def as_json(value: Any) -> Any:
+    """Plain JSON-ready data from the ledger's dataclasses (for the CLI and the API)."""
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(value) and not isinstance(value, type):
+        return {k: as_json(v) for k, v in asdict(value).items()}
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [as_json(v) for v in value]
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    return value

@@ -1,0 +1,77 @@
+"""Shared fixtures: a real PostgreSQL for the whole session, a fresh database per test.
+
+The server is WL_TEST_DATABASE_URL (any PostgreSQL 15+; the URL of a database whose user
+may CREATE DATABASE) or, by default, an embedded server in a temporary directory. One
+migrated template database is built per session; each test gets its own copy of it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from work_ledger.db.connect import connect, create_pool, ensure_database, with_database
+from work_ledger.db.embedded import embedded_server_url
+from work_ledger.db.store import Store
+from work_ledger.runtime import migrate_database
+from work_ledger.service import Ledger
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An admin URL of the PostgreSQL server the tests run against."""
+    external = os.environ.get("WL_TEST_DATABASE_URL")
+    if external:
+        return external
+    home: Path = tmp_path_factory.mktemp("wl-home")
+    return embedded_server_url(home)
+
+
+@pytest.fixture(scope="session")
+async def template_name(server_url: str) -> str:
+    name = f"wl_template_{os.getpid()}"
+    await ensure_database(server_url, name)
+    await migrate_database(with_database(server_url, name))
+    return name
+
+
+async def _drop(server_url: str, name: str) -> None:
+    conn = await asyncpg.connect(server_url)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def database_url(server_url: str, template_name: str) -> AsyncIterator[str]:
+    """A migrated database of this test's own, dropped afterwards."""
+    name = f"wl_test_{uuid.uuid4().hex[:12]}"
+    await ensure_database(server_url, name, template=template_name)
+    yield with_database(server_url, name)
+    await _drop(server_url, name)
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(database_url, min_size=1, max_size=8)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+async def ledger(pool: asyncpg.Pool) -> Ledger:
+    return Ledger(Store(pool), lease_seconds=60)
+
+
+@pytest.fixture
+async def raw(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of its own, for raw SQL that tries to break the invariants."""
+    conn = await connect(database_url)
+    yield conn
+    await conn.close()
