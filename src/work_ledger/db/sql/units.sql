@@ -27,27 +27,45 @@ ORDER BY i.ord;
 -- $1 agent, $2 domain or null, $3 lease seconds, $4 unit id for a named claim or null.
 -- An agent already holding a live claim gets it back (resumed). Otherwise the oldest
 -- lapsed lease is reclaimed first (its agent is presumed dead), then the oldest ready unit.
+-- Each way of picking is its own CTE, switched on or off by a parameter test alone, so
+-- that even a generic (cached) plan walks the right index: the primary key for a named
+-- claim, the ready indexes in queue order for pull-next, the lease index for reclaims.
 WITH held AS (
     SELECT id FROM work_units
     WHERE claimed_by = $1 AND state IN ('claimed', 'in_progress')
+), named AS (
+    SELECT id, state, claimed_by FROM work_units
+    WHERE id = $4
+      AND (state = 'ready' OR (state IN ('claimed', 'in_progress') AND lease_expires_at < now()))
+      AND NOT EXISTS (SELECT 1 FROM held)
+    FOR NO KEY UPDATE SKIP LOCKED
 ), lapsed AS (
-    SELECT id, state, claimed_by, attempt_count FROM work_units
-    WHERE state IN ('claimed', 'in_progress') AND lease_expires_at < now()
-      AND ($4::uuid IS NULL OR id = $4) AND ($2::text IS NULL OR domain = $2)
+    SELECT id, state, claimed_by FROM work_units
+    WHERE $4::uuid IS NULL AND state IN ('claimed', 'in_progress') AND lease_expires_at < now()
+      AND ($2::text IS NULL OR domain = $2)
       AND NOT EXISTS (SELECT 1 FROM held)
     ORDER BY lease_expires_at
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
 ), fresh AS (
-    SELECT id, state, claimed_by, attempt_count FROM work_units
-    WHERE state = 'ready'
-      AND ($4::uuid IS NULL OR id = $4) AND ($2::text IS NULL OR domain = $2)
+    SELECT id, state, claimed_by FROM work_units
+    WHERE $4::uuid IS NULL AND $2::text IS NULL AND state = 'ready'
       AND NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM lapsed)
     ORDER BY created_at, id
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
+), fresh_in_domain AS (
+    SELECT id, state, claimed_by FROM work_units
+    WHERE $4::uuid IS NULL AND domain = $2 AND state = 'ready'
+      AND NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM lapsed)
+    ORDER BY domain, created_at, id
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT * FROM lapsed UNION ALL SELECT * FROM fresh
+    SELECT * FROM named
+    UNION ALL SELECT * FROM lapsed
+    UNION ALL SELECT * FROM fresh
+    UNION ALL SELECT * FROM fresh_in_domain
 ), claimed AS (
     UPDATE work_units AS u
     SET state = 'claimed', claimed_by = $1, attempt_count = u.attempt_count + 1,
