@@ -1,0 +1,128 @@
+"""The claim under real races: many connections, one ledger, every unit claimed once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from work_ledger.db.connect import create_pool
+from work_ledger.db.queries import QUERIES
+from work_ledger.db.store import Store
+from work_ledger.domain import Actor, Claim, NewUnit, State
+from work_ledger.service import Ledger
+
+OPERATOR = Actor("operator", privileged=True)
+CLAIMERS = 64
+UNITS_PER_ROUND = 20
+ROUNDS = 50
+
+
+@pytest.fixture
+async def ledgers(database_url: str) -> AsyncIterator[list[Ledger]]:
+    """CLAIMERS ledgers, each over a pool of one connection of its own, so claims truly race."""
+    pools = await asyncio.gather(
+        *(create_pool(database_url, min_size=1, max_size=1) for _ in range(CLAIMERS))
+    )
+    yield [Ledger(Store(p), lease_seconds=60) for p in pools]
+    await asyncio.gather(*(p.close() for p in pools))
+
+
+async def _register(ledger: Ledger, prefix: str, count: int) -> set[str]:
+    refs = [f"{prefix}-{i:03d}" for i in range(count)]
+    await ledger.register([NewUnit(ref, "fleet-a", "orders") for ref in refs], OPERATOR)
+    return set(refs)
+
+
+def _won(claims: list[Claim]) -> list[Claim]:
+    return [c for c in claims if c.unit is not None]
+
+
+async def test_claim_two_connections_race_for_one_unit_exactly_one_wins(
+    ledgers: list[Ledger],
+) -> None:
+    """Two connections claiming the only ready unit at once: one gets it, the other nothing."""
+    first, second = ledgers[0], ledgers[1]
+    for round_no in range(20):
+        await _register(first, f"race-{round_no}", 1)
+        claims = await asyncio.gather(first.claim(f"a-{round_no}"), second.claim(f"b-{round_no}"))
+        winners = _won(list(claims))
+        assert len(winners) == 1
+        assert winners[0].unit is not None
+        assert winners[0].unit.external_ref == f"race-{round_no}-000"
+        assert winners[0].resumed is False
+
+
+async def test_claim_skips_a_unit_locked_by_an_open_claim(
+    ledger: Ledger, raw: asyncpg.Connection
+) -> None:
+    """A claim still in flight on another connection hides its unit; nobody waits on it."""
+    await _register(ledger, "locked", 1)
+    async with raw.transaction():
+        row = await raw.fetchrow(QUERIES["claim_unit"], "agent-a", None, 60, None)
+        assert row is not None
+        assert (row["unit"]["external_ref"], row["resumed"]) == ("locked-000", False)
+        assert await asyncio.wait_for(ledger.claim("agent-b"), timeout=5) == Claim(None, None)
+    # Committed: the unit is agent-a's, and a later claim still finds nothing.
+    assert (await ledger.get_unit("locked-000")).unit.claimed_by == "agent-a"
+    assert await ledger.claim("agent-b") == Claim(None, None)
+
+
+async def test_claim_64_claimers_vs_20_units_claim_each_unit_once(
+    ledgers: list[Ledger], raw: asyncpg.Connection
+) -> None:
+    """64 agents on 64 connections vs 20 ready units, 50 rounds: 20 distinct winners, 44 empty."""
+    for round_no in range(ROUNDS):
+        refs = await _register(ledgers[0], f"r{round_no:02d}", UNITS_PER_ROUND)
+        claims = await asyncio.gather(
+            *(ledger.claim(f"r{round_no:02d}-agent-{i:02d}") for i, ledger in enumerate(ledgers))
+        )
+        winners = _won(list(claims))
+        claimed = [c.unit.external_ref for c in winners if c.unit is not None]
+        assert len(winners) == UNITS_PER_ROUND
+        assert sorted(claimed) == sorted(refs)
+        assert len({c.attempt.id for c in winners if c.attempt is not None}) == UNITS_PER_ROUND
+        assert not any(c.resumed for c in winners)
+        assert sum(c.unit is None and c.attempt is None for c in claims) == CLAIMERS - len(refs)
+    totals = await raw.fetchrow(
+        "SELECT count(*) FILTER (WHERE state = 'claimed') AS claimed,"
+        " count(*) FILTER (WHERE attempt_count = 1) AS once,"
+        " count(DISTINCT claimed_by) AS holders,"
+        " (SELECT count(*) FROM work_unit_attempts) AS attempts,"
+        " (SELECT count(*) FROM work_unit_events WHERE event_type = 'claimed') AS events"
+        " FROM work_units"
+    )
+    expected = ROUNDS * UNITS_PER_ROUND
+    assert dict(totals) == {
+        "claimed": expected,
+        "once": expected,
+        "holders": expected,
+        "attempts": expected,
+        "events": expected,
+    }
+    assert await ledgers[0].audit() == []
+
+
+async def test_claim_same_agent_twice_at_once_gets_one_unit(
+    ledgers: list[Ledger], raw: asyncpg.Connection
+) -> None:
+    """One agent claiming on two connections at once holds one unit; the other claim resumes it."""
+    for round_no in range(20):
+        await _register(ledgers[0], f"twice-{round_no:02d}", 2)
+        agent = f"agent-twice-{round_no:02d}"
+        one, two = await asyncio.gather(ledgers[0].claim(agent), ledgers[1].claim(agent))
+        assert one.unit is not None
+        assert two.unit is not None
+        assert one.unit.id == two.unit.id
+        assert one.attempt == two.attempt
+        assert sorted([one.resumed, two.resumed]) == [False, True]
+    held = await raw.fetch(
+        "SELECT claimed_by, count(*) AS n FROM work_units WHERE state = $1 GROUP BY claimed_by",
+        State.CLAIMED,
+    )
+    assert len(held) == 20
+    assert {r["n"] for r in held} == {1}
+    assert await raw.fetchval("SELECT count(*) FROM work_units WHERE state = 'ready'") == 20
+    assert await ledgers[0].audit() == []
