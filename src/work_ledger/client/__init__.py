@@ -1,0 +1,59 @@
+"""The Python SDK of work-ledger: a typed client of its HTTP API, sync and async.
+
+It imports nothing from the server side (only `work_ledger.errors`), so it can ship alone.
+
+    from work_ledger.client import Client
+
+    with Client() as client, client.claim(domain="orders") as work:
+        ...                        # a background thread heartbeats the lease meanwhile
+        work.cost(123)
+        work.verify("https://ci.example/run/42")
+
+Errors are the server's own classes (`work_ledger.errors`), carrying `invariant`,
+`unit_id`, `state` and `allowed`; `NothingToClaim` and `Unreachable` are client-side.
+"""
+
+from work_ledger.client._calls import AGENT_HEADER, DEFAULT_URL
+from work_ledger.client.aio import AsyncClient, AsyncWork
+from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
+from work_ledger.client.models import (
+    Asked,
+    Attempt,
+    Claim,
+    Event,
+    NewUnit,
+    Page,
+    Question,
+    Registered,
+    Registration,
+    Step,
+    Unit,
+    UnitDetail,
+    to_json,
+)
+from work_ledger.client.sync import Client, Work
+
+__all__ = [
+    "AGENT_HEADER",
+    "DEFAULT_URL",
+    "Asked",
+    "AsyncClient",
+    "AsyncWork",
+    "Attempt",
+    "Claim",
+    "Client",
+    "Event",
+    "NewUnit",
+    "NothingToClaim",
+    "Page",
+    "Question",
+    "Registered",
+    "Registration",
+    "Step",
+    "Unit",
+    "UnitDetail",
+    "Unreachable",
+    "Work",
+    "error_from_response",
+    "to_json",
+]

@@ -1,0 +1,225 @@
+"""Every endpoint of the API as a `Call`: what to send and how to read the answer.
+
+The sync and async clients only differ in how they send a `Call`; building the request,
+the Idempotency-Key, the retry policy and parsing the answer live here, once.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from work_ledger.client.models import (
+    Asked,
+    Claim,
+    Event,
+    NewUnit,
+    Page,
+    Question,
+    Registration,
+    Step,
+    Unit,
+    UnitDetail,
+)
+
+T = TypeVar("T")
+
+DEFAULT_URL = "http://127.0.0.1:4001"
+# The request header that names a sub-agent: the acting agent becomes `principal/suffix`.
+AGENT_HEADER = "X-WL-Agent"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+MAX_WAIT_SECONDS = 60
+
+
+def default_url() -> str:
+    return os.environ.get("WL_URL") or DEFAULT_URL
+
+
+def default_token() -> str | None:
+    return os.environ.get("WL_TOKEN") or None
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One request: a write carries an Idempotency-Key that every retry repeats."""
+
+    method: str
+    path: str
+    parse: Callable[[Any], T]
+    json: Any = None
+    params: dict[str, Any] = field(default_factory=dict)
+    key: str | None = None
+    wait_seconds: float = 0.0
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {} if self.key is None else {IDEMPOTENCY_HEADER: self.key}
+
+
+def backoff_delay(retry: int, base: float) -> float:
+    """Exponential backoff with jitter, capped at 5 seconds."""
+    return float(min(5.0, base * 2**retry) * random.uniform(0.5, 1.0))
+
+
+def _ref(unit: str) -> str:
+    return quote(str(unit), safe="")
+
+
+def _drop_none(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _write(path: str, body: Mapping[str, Any], parse: Callable[[Any], T], **kw: Any) -> Call[T]:
+    key = kw.pop("key", None) or str(uuid.uuid4())
+    return Call("POST", path, parse, json=_drop_none(body), key=key, **kw)
+
+
+def _read(path: str, parse: Callable[[Any], T], **params: Any) -> Call[T]:
+    wait = float(params.get("wait_seconds") or 0)
+    return Call("GET", path, parse, params=_drop_none(params), wait_seconds=wait)
+
+
+def _page(parse_item: Callable[[Any], T]) -> Callable[[Any], Page[T]]:
+    def parse(data: Any) -> Page[T]:
+        return Page([parse_item(i) for i in data["items"]], data.get("next_cursor"))
+
+    return parse
+
+
+def _new_unit(unit: NewUnit | Mapping[str, Any]) -> dict[str, Any]:
+    return unit.to_json() if isinstance(unit, NewUnit) else _drop_none(unit)
+
+
+# -- writes ----------------------------------------------------------------------------
+
+
+def register(units: Iterable[NewUnit | Mapping[str, Any]], key: str | None) -> Call[Registration]:
+    body = {"units": [_new_unit(u) for u in units]}
+    return _write("/units", body, Registration.from_json, key=key)
+
+
+def claim_next(
+    domain: str | None, lease_seconds: int | None, wait_seconds: int | None, key: str | None
+) -> Call[Claim]:
+    body = {"domain": domain, "lease_seconds": lease_seconds, "wait_seconds": wait_seconds}
+    return _write(
+        "/units/claim", body, Claim.from_json, key=key, wait_seconds=float(wait_seconds or 0)
+    )
+
+
+def claim_unit(unit: str, lease_seconds: int | None, key: str | None) -> Call[Claim]:
+    body = {"lease_seconds": lease_seconds}
+    return _write(f"/units/{_ref(unit)}/claim", body, Claim.from_json, key=key)
+
+
+def heartbeat(attempt_id: str, lease_seconds: int | None, key: str | None) -> Call[Step]:
+    body = {"lease_seconds": lease_seconds}
+    return _write(f"/attempts/{attempt_id}/heartbeat", body, Step.from_json, key=key)
+
+
+def record_cost(attempt_id: str, cost_cents: int, key: str | None) -> Call[Step]:
+    body = {"cost_cents": cost_cents}
+    return _write(f"/attempts/{attempt_id}/cost", body, Step.from_json, key=key)
+
+
+def transition(
+    unit: str,
+    to: str,
+    *,
+    attempt_id: str | None = None,
+    evidence_url: str | None = None,
+    reason: str | None = None,
+    outcome: str | None = None,
+    key: str | None = None,
+) -> Call[Step]:
+    body = {
+        "to": to,
+        "attempt_id": attempt_id,
+        "evidence_url": evidence_url,
+        "reason": reason,
+        "outcome": outcome,
+    }
+    return _write(f"/units/{_ref(unit)}/transition", body, Step.from_json, key=key)
+
+
+def block(
+    unit: str,
+    question: str,
+    assignee_group_slug: str | None,
+    attempt_id: str | None,
+    key: str | None,
+) -> Call[Asked]:
+    body = {
+        "question": question,
+        "assignee_group_slug": assignee_group_slug,
+        "attempt_id": attempt_id,
+    }
+    return _write(f"/units/{_ref(unit)}/block", body, Asked.from_json, key=key)
+
+
+def unblock(unit: str, answer: str, question_id: str | None, key: str | None) -> Call[Asked]:
+    body = {"answer": answer, "question_id": question_id}
+    return _write(f"/units/{_ref(unit)}/unblock", body, Asked.from_json, key=key)
+
+
+def dispose(
+    unit: str,
+    disposition: str,
+    evidence_url: str | None,
+    reason: str | None,
+    attempt_id: str | None,
+    key: str | None,
+) -> Call[Unit]:
+    body = {
+        "disposition": disposition,
+        "evidence_url": evidence_url,
+        "reason": reason,
+        "attempt_id": attempt_id,
+    }
+    return _write(
+        f"/units/{_ref(unit)}/dispose", body, lambda d: Unit.from_json(d["unit"]), key=key
+    )
+
+
+def cancel_question(question_id: str, reason: str | None, key: str | None) -> Call[Question]:
+    return _write(
+        f"/questions/{question_id}/cancel", {"reason": reason}, Question.from_json, key=key
+    )
+
+
+def project_events(events: list[Mapping[str, Any]], key: str | None) -> Call[dict[str, Any]]:
+    return _write("/projection/events", {"events": list(events)}, dict, key=key)
+
+
+# -- reads -----------------------------------------------------------------------------
+
+
+def get_unit(unit: str) -> Call[UnitDetail]:
+    return _read(f"/units/{_ref(unit)}", UnitDetail.from_json)
+
+
+def list_units(**query: Any) -> Call[Page[Unit]]:
+    return _read("/units", _page(Unit.from_json), **query)
+
+
+def list_events(unit: str | None, limit: int | None, cursor: str | None) -> Call[Page[Event]]:
+    path = "/events" if unit is None else f"/units/{_ref(unit)}/events"
+    return _read(path, _page(Event.from_json), limit=limit, cursor=cursor)
+
+
+def list_questions(**query: Any) -> Call[Page[Question]]:
+    return _read("/questions", _page(Question.from_json), **query)
+
+
+def get_question(question_id: str, wait_seconds: int | None) -> Call[Question]:
+    return _read(f"/questions/{question_id}", Question.from_json, wait_seconds=wait_seconds)
+
+
+def health(path: str) -> Call[dict[str, Any]]:
+    return _read(path, dict)

@@ -1,0 +1,484 @@
+"""The synchronous client, and `Work`: a claimed unit that heartbeats in a background thread.
+
+    with Client() as client, client.claim(domain="orders") as work:
+        ...                                   # heartbeats keep the lease alive meanwhile
+        work.cost(123)
+        work.verify("https://ci.example/run/42")
+
+An exception raised inside the block releases the unit (attempt outcome `failed`), unless
+the claim was lost; a lost claim (`AttemptSuperseded`) stops the heartbeats and is raised
+by the next call on `work`, and at the end of the block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from work_ledger.client import _calls as calls
+from work_ledger.client._work import WorkState, lease_of
+from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
+from work_ledger.client.models import (
+    Asked,
+    Attempt,
+    Claim,
+    Event,
+    NewUnit,
+    Page,
+    Question,
+    Registration,
+    Step,
+    Unit,
+    UnitDetail,
+)
+from work_ledger.errors import AttemptSuperseded, Unavailable, WorkLedgerError
+
+T = TypeVar("T")
+
+
+class Client:
+    """A typed client of the work-ledger HTTP API (thread-safe).
+
+    `url` and `token` default to WL_URL and WL_TOKEN; `agent` names a sub-agent, so the
+    server records the acting agent as `principal/agent`. Writes carry an Idempotency-Key;
+    connection errors and 503 are retried with the same key, so a retry never acts twice.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        agent: str | None = None,
+        timeout: float = 30.0,
+        retries: int = 4,
+        backoff: float = 0.2,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = (url or calls.default_url()).rstrip("/")
+        token = token or calls.default_token()
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if agent:
+            headers[calls.AGENT_HEADER] = agent
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, call: calls.Call[T]) -> T:
+        """Send one call; retry connection errors and 503 with the same Idempotency-Key."""
+        timeout = self.timeout + call.wait_seconds
+        for retry in range(self.retries + 1):
+            last = retry == self.retries
+            try:
+                response = self._http.request(
+                    call.method,
+                    call.path,
+                    json=call.json if call.method != "GET" else None,
+                    params=call.params,
+                    headers=call.headers,
+                    timeout=timeout,
+                )
+            except httpx.TransportError as exc:
+                if last:
+                    raise Unreachable(
+                        f"cannot reach the work-ledger server at {self.url} ({exc!r}) after "
+                        f"{retry + 1} tries; check that `work-ledger serve` runs there and that "
+                        "WL_URL points at it"
+                    ) from exc
+            else:
+                if response.status_code != 503 or last:
+                    return self._answer(call, response)
+            time.sleep(calls.backoff_delay(retry, self.backoff))
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    def _answer(self, call: calls.Call[T], response: httpx.Response) -> T:
+        if response.is_success:
+            return call.parse(response.json())
+        raise error_from_response(response.status_code, response.content)
+
+    # -- writes --------------------------------------------------------------------------
+
+    def register(
+        self, units: Iterable[NewUnit | Mapping[str, Any]], *, key: str | None = None
+    ) -> Registration:
+        """Register up to 1000 units; ones already known by external_ref count as existing."""
+        return self.send(calls.register(units, key))
+
+    def claim_next(
+        self,
+        *,
+        domain: str | None = None,
+        lease_seconds: int | None = None,
+        wait_seconds: int | None = None,
+        key: str | None = None,
+    ) -> Claim:
+        """Claim the oldest claimable unit (or get back the one held); empty when none."""
+        return self.send(calls.claim_next(domain, lease_seconds, wait_seconds, key))
+
+    def claim_unit(
+        self, unit: str, *, lease_seconds: int | None = None, key: str | None = None
+    ) -> Claim:
+        """Claim one named unit (uuid or external_ref)."""
+        return self.send(calls.claim_unit(unit, lease_seconds, key))
+
+    def heartbeat(
+        self, attempt_id: str, *, lease_seconds: int | None = None, key: str | None = None
+    ) -> Step:
+        return self.send(calls.heartbeat(attempt_id, lease_seconds, key))
+
+    def record_cost(self, attempt_id: str, cost_cents: int, *, key: str | None = None) -> Step:
+        return self.send(calls.record_cost(attempt_id, cost_cents, key))
+
+    def start(self, unit: str, *, attempt_id: str | None = None, key: str | None = None) -> Step:
+        return self.send(calls.transition(unit, "in_progress", attempt_id=attempt_id, key=key))
+
+    def verify(
+        self,
+        unit: str,
+        evidence_url: str,
+        *,
+        attempt_id: str | None = None,
+        reason: str | None = None,
+        key: str | None = None,
+    ) -> Step:
+        return self.send(
+            calls.transition(
+                unit,
+                "verified",
+                attempt_id=attempt_id,
+                evidence_url=evidence_url,
+                reason=reason,
+                key=key,
+            )
+        )
+
+    def release(
+        self,
+        unit: str,
+        *,
+        outcome: str = "abandoned",
+        reason: str | None = None,
+        attempt_id: str | None = None,
+        key: str | None = None,
+    ) -> Step:
+        """Give the unit back (ready); the attempt ends `abandoned` or `failed`."""
+        call = calls.transition(
+            unit, "ready", attempt_id=attempt_id, outcome=outcome, reason=reason, key=key
+        )
+        return self.send(call)
+
+    def block(
+        self,
+        unit: str,
+        question: str,
+        *,
+        assignee_group_slug: str | None = None,
+        attempt_id: str | None = None,
+        key: str | None = None,
+    ) -> Asked:
+        return self.send(calls.block(unit, question, assignee_group_slug, attempt_id, key))
+
+    def unblock(
+        self, unit: str, answer: str, *, question_id: str | None = None, key: str | None = None
+    ) -> Asked:
+        return self.send(calls.unblock(unit, answer, question_id, key))
+
+    def dispose(
+        self,
+        unit: str,
+        disposition: str,
+        *,
+        evidence_url: str | None = None,
+        reason: str | None = None,
+        attempt_id: str | None = None,
+        key: str | None = None,
+    ) -> Unit:
+        return self.send(calls.dispose(unit, disposition, evidence_url, reason, attempt_id, key))
+
+    def cancel_question(
+        self, question_id: str, *, reason: str | None = None, key: str | None = None
+    ) -> Question:
+        return self.send(calls.cancel_question(question_id, reason, key))
+
+    def project_events(
+        self, events: list[Mapping[str, Any]], *, key: str | None = None
+    ) -> dict[str, Any]:
+        return self.send(calls.project_events(events, key))
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get_unit(self, unit: str) -> UnitDetail:
+        return self.send(calls.get_unit(unit))
+
+    def list_units(self, **query: Any) -> Page[Unit]:
+        """Query: state, domain, fleet, disposition, limit, cursor."""
+        return self.send(calls.list_units(**query))
+
+    def list_events(
+        self, unit: str | None = None, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[Event]:
+        """Newest first; a unit's events, or all events."""
+        return self.send(calls.list_events(unit, limit, cursor))
+
+    def iter_events(self, unit: str | None = None, *, limit: int = 500) -> Iterator[Event]:
+        cursor: str | None = None
+        while True:
+            page = self.list_events(unit, limit=limit, cursor=cursor)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def list_questions(self, **query: Any) -> Page[Question]:
+        """Query: status, assignee_group_slug, limit, cursor, wait_seconds."""
+        return self.send(calls.list_questions(**query))
+
+    def get_question(self, question_id: str, *, wait_seconds: int | None = None) -> Question:
+        return self.send(calls.get_question(question_id, wait_seconds))
+
+    def healthz(self) -> dict[str, Any]:
+        return self.send(calls.health("/healthz"))
+
+    # -- the claim context manager -------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        domain: str | None = None,
+        unit: str | None = None,
+        lease_seconds: int | None = None,
+        wait_seconds: int | None = None,
+        start: bool = True,
+        heartbeat_fraction: float = 1 / 3,
+    ) -> Work:
+        """Claim the next unit (or the named `unit`) and hand back a `Work` to use in `with`.
+
+        Raises `NothingToClaim` when no unit is claimable (after `wait_seconds`). With
+        `start`, a claimed unit is moved to in_progress at once.
+        """
+        if unit is not None:
+            got = self.claim_unit(unit, lease_seconds=lease_seconds)
+        else:
+            got = self.claim_next(
+                domain=domain, lease_seconds=lease_seconds, wait_seconds=wait_seconds
+            )
+        if got.unit is None or got.attempt is None:
+            where = f" in domain {domain!r}" if domain else ""
+            raise NothingToClaim(f"no unit is claimable{where} right now; try again later")
+        work = Work(self, got, lease_seconds=lease_seconds, heartbeat_fraction=heartbeat_fraction)
+        if start and got.unit.state == "claimed":
+            work.start()
+        return work
+
+
+class Work:
+    """A claimed unit and its live attempt; every write is fenced by the attempt id."""
+
+    def __init__(
+        self,
+        client: Client,
+        claim: Claim,
+        *,
+        lease_seconds: int | None = None,
+        heartbeat_fraction: float = 1 / 3,
+        on_lost: Callable[[WorkLedgerError], None] | None = None,
+    ) -> None:
+        assert claim.unit is not None
+        assert claim.attempt is not None
+        self.client = client
+        self.resumed = claim.resumed
+        self.on_lost = on_lost
+        self._state = WorkState(claim.unit, claim.attempt, lease_of(claim.unit, lease_seconds))
+        self.interval = max(0.1, self._state.lease_seconds * heartbeat_fraction)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def unit(self) -> Unit:
+        return self._state.unit
+
+    @property
+    def attempt(self) -> Attempt:
+        return self._state.attempt
+
+    @property
+    def lost(self) -> WorkLedgerError | None:
+        """Why the claim was lost (set by the heartbeat), or None while it is held."""
+        return self._state.lost
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def __enter__(self) -> Work:
+        self.start_heartbeat()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop_heartbeat()
+        if exc is not None:
+            if self._state.live and not isinstance(exc, AttemptSuperseded):
+                reason = f"{type(exc).__name__}: {exc}"[:2000]
+                # The original exception matters more; if the release fails the lease lapses.
+                with contextlib.suppress(WorkLedgerError):
+                    self.release(outcome="failed", reason=reason)
+            return
+        if self._state.lost is not None:
+            raise self._state.lost
+
+    def start_heartbeat(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._beat, name=f"wl-heartbeat-{self.unit.external_ref}", daemon=True
+            )
+            self._thread.start()
+
+    def stop_heartbeat(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.client.timeout + 5)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            if not self._state.live:
+                return
+            try:
+                step = self.client.heartbeat(
+                    self.attempt.id, lease_seconds=self._state.lease_seconds
+                )
+            except (Unreachable, Unavailable):
+                continue  # keep trying; if the server stays away, the lease lapses
+            except WorkLedgerError as exc:
+                if self._state.live:
+                    self._state.lose(exc)
+                    if self.on_lost is not None:
+                        self.on_lost(exc)
+                return
+            with self._lock:
+                self._state.update(step.unit, step.attempt)
+
+    # -- the unit's writes, fenced by the attempt ----------------------------------------
+
+    def _fenced(self, send: Callable[[], T]) -> T:
+        self._state.check()
+        try:
+            return send()
+        except AttemptSuperseded as exc:
+            self._state.lose(exc)
+            self._stop.set()
+            raise
+
+    def _stepped(self, step: Step) -> Step:
+        with self._lock:
+            self._state.update(step.unit, step.attempt)
+        return step
+
+    def start(self) -> Step:
+        """claimed → in_progress."""
+        ref, attempt = self.unit.id, self.attempt.id
+        return self._stepped(self._fenced(lambda: self.client.start(ref, attempt_id=attempt)))
+
+    def heartbeat(self) -> Step:
+        lease = self._state.lease_seconds
+        return self._stepped(
+            self._fenced(lambda: self.client.heartbeat(self.attempt.id, lease_seconds=lease))
+        )
+
+    def cost(self, cost_cents: int) -> Step:
+        """Add spent cents to this attempt; recorded even after the attempt ended."""
+        step = self.client.record_cost(self.attempt.id, cost_cents)
+        with self._lock:
+            self._state.attempt = step.attempt
+        return step
+
+    def verify(self, evidence_url: str, *, reason: str | None = None) -> Step:
+        """in_progress → verified with a link to the evidence; the attempt ends verified."""
+        ref, attempt = self.unit.id, self.attempt.id
+        step = self._fenced(
+            lambda: self.client.verify(ref, evidence_url, attempt_id=attempt, reason=reason)
+        )
+        self._state.end()
+        return self._stepped(step)
+
+    def release(self, *, outcome: str = "abandoned", reason: str | None = None) -> Step:
+        """Give the unit back (ready); the attempt ends `abandoned` or `failed`."""
+        ref, attempt = self.unit.id, self.attempt.id
+        step = self._fenced(
+            lambda: self.client.release(ref, outcome=outcome, reason=reason, attempt_id=attempt)
+        )
+        self._state.end()
+        return self._stepped(step)
+
+    def dispose(
+        self, disposition: str, *, evidence_url: str | None = None, reason: str | None = None
+    ) -> Unit:
+        """Close the unit: MIGRATED once verified; DROPPED/DEAD in progress; DEFERRED blocked."""
+        ref, attempt = self.unit.id, self.attempt.id
+        unit = self._fenced(
+            lambda: self.client.dispose(
+                ref, disposition, evidence_url=evidence_url, reason=reason, attempt_id=attempt
+            )
+        )
+        self._state.end()
+        with self._lock:
+            self._state.unit = unit
+        return unit
+
+    def block(self, question: str, *, assignee_group_slug: str | None = None) -> Question:
+        """in_progress → blocked with a question; the lease pauses until it is answered."""
+        ref, attempt = self.unit.id, self.attempt.id
+        asked = self._fenced(
+            lambda: self.client.block(
+                ref, question, assignee_group_slug=assignee_group_slug, attempt_id=attempt
+            )
+        )
+        with self._lock:
+            self._state.unit = asked.unit
+        return asked.question
+
+    def wait_for_answer(self, question_id: str, *, timeout: float | None = None) -> Question:
+        """Long-poll until the question is answered or cancelled (or `timeout` passes)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = calls.MAX_WAIT_SECONDS if deadline is None else deadline - time.monotonic()
+            wait = int(max(0, min(calls.MAX_WAIT_SECONDS, left)))
+            question = self.client.get_question(question_id, wait_seconds=wait)
+            if question.status != "open" or wait == 0:
+                break
+        if question.status != "open":
+            self.refresh()
+        return question
+
+    def ask(self, question: str, *, timeout: float | None = None) -> Question:
+        """Block with a question and wait for its answer (`.answer`), or the timeout."""
+        return self.wait_for_answer(self.block(question).id, timeout=timeout)
+
+    def refresh(self) -> UnitDetail:
+        detail = self.client.get_unit(self.unit.id)
+        with self._lock:
+            self._state.unit = detail.unit
+        return detail
