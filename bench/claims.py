@@ -1,0 +1,315 @@
+"""The claim configurations: raw-SQL limits, the ledger's SQL and service, and PGQueuer.
+
+Each configuration seeds a fresh database with a backlog and yields one operation per
+worker. An operation does one item of work (the loop named in `loop`) and returns how long
+its claim took. Every worker has a connection of its own (the service: a pool as large as
+the concurrency), so the configurations differ only in what they run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from harness import Operation
+
+from work_ledger.db.connect import connect, create_pool
+from work_ledger.db.queries import QUERIES, parse_named_sql
+from work_ledger.db.store import Store
+from work_ledger.domain import Actor, Disposition
+from work_ledger.service import Ledger
+
+RAW = parse_named_sql((Path(__file__).parent / "raw.sql").read_text(encoding="utf-8"))
+LEASE_SECONDS = 900
+EVIDENCE = "https://ci.example.com/runs/1"
+
+Workers = Callable[[str, int], contextlib.AbstractAsyncContextManager[list[Operation]]]
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    loop: str  # what one measured item includes
+    template: str  # which template database it starts from: ledger, bare or pgqueuer
+    backlog: int  # ready items seeded before each window (doubled if a window runs dry)
+    seed: Callable[[asyncpg.Connection, int], Awaitable[None]]
+    workers: Workers
+
+
+async def seed_bare(conn: asyncpg.Connection, n: int) -> None:
+    await conn.execute(RAW["bare_create"])
+    await conn.execute(RAW["bare_seed"], n)
+    await conn.execute("VACUUM ANALYZE bench_items")
+
+
+async def seed_ledger(conn: asyncpg.Connection, n: int) -> None:
+    await conn.execute(RAW["ledger_seed"], n)
+    await conn.execute("VACUUM ANALYZE work_units")
+    await conn.execute("VACUUM ANALYZE work_unit_events")
+
+
+async def seed_pgqueuer(conn: asyncpg.Connection, n: int) -> None:
+    from pgqueuer.queries import Queries
+
+    queries = Queries.from_asyncpg_connection(conn)
+    step = 10_000
+    for start in range(0, n, step):
+        size = min(step, n - start)
+        await queries.enqueue(["bench"] * size, [None] * size, [0] * size)
+    await conn.execute("VACUUM ANALYZE pgqueuer")
+
+
+@contextlib.asynccontextmanager
+async def connections(url: str, n: int, *, plain: bool = False) -> AsyncIterator[list[Any]]:
+    conns = []
+    try:
+        for _ in range(n):
+            conns.append(await (asyncpg.connect(url) if plain else connect(url)))
+        yield conns
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
+def _clock() -> float:
+    return time.perf_counter()
+
+
+# -- raw SQL ------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def bare_claim(url: str, c: int) -> AsyncIterator[list[Operation]]:
+    async with connections(url, c) as conns:
+
+        def op_for(i: int, conn: asyncpg.Connection) -> Operation:
+            async def op() -> float | None:
+                t0 = _clock()
+                row = await conn.fetchrow(RAW["bare_claim"], f"worker-{i}")
+                return None if row is None else _clock() - t0
+
+            return op
+
+        yield [op_for(i, conn) for i, conn in enumerate(conns)]
+
+
+def _agents(i: int) -> Callable[[], str]:
+    """A fresh agent name per item: a claim-only loop never holds two units as one agent."""
+    counter = itertools.count()
+    return lambda: f"agent-{i}-{next(counter)}"
+
+
+def _raw_ledger(*, finish: bool, product_sql: bool = False) -> Workers:
+    @contextlib.asynccontextmanager
+    async def workers(url: str, c: int) -> AsyncIterator[list[Operation]]:
+        async with connections(url, c) as conns:
+
+            def op_for(i: int, conn: asyncpg.Connection) -> Operation:
+                agent_name = _agents(i)
+
+                async def op() -> float | None:
+                    agent = agent_name()
+                    t0 = _clock()
+                    if product_sql:
+                        row = await conn.fetchrow(
+                            QUERIES["claim_unit"], agent, None, LEASE_SECONDS, None
+                        )
+                    else:
+                        row = await conn.fetchrow(RAW["ledger_claim"], agent, LEASE_SECONDS)
+                    latency = _clock() - t0
+                    if row is None:
+                        return None
+                    if finish:
+                        unit_id, attempt_id = row["unit_id"], row["attempt_id"]
+                        await conn.execute(RAW["ledger_finish"], unit_id, attempt_id, agent)
+                    return latency
+
+                return op
+
+            yield [op_for(i, conn) for i, conn in enumerate(conns)]
+
+    return workers
+
+
+# -- the service layer --------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def ledger_over_pool(url: str, c: int) -> AsyncIterator[Ledger]:
+    pool = await create_pool(url, min_size=c, max_size=c)
+    try:
+        yield Ledger(Store(pool), lease_seconds=LEASE_SECONDS)
+    finally:
+        await pool.close()
+
+
+def _service(*, finish: bool) -> Workers:
+    @contextlib.asynccontextmanager
+    async def workers(url: str, c: int) -> AsyncIterator[list[Operation]]:
+        async with ledger_over_pool(url, c) as ledger:
+
+            def op_for(i: int) -> Operation:
+                agent_name = _agents(i)
+
+                async def op() -> float | None:
+                    agent = agent_name()
+                    t0 = _clock()
+                    claim = await ledger.claim(agent)
+                    latency = _clock() - t0
+                    if claim.unit is None or claim.attempt is None:
+                        return None
+                    if finish:
+                        await ledger.start(
+                            str(claim.unit.id), Actor(agent), attempt_id=claim.attempt.id
+                        )
+                    return latency
+
+                return op
+
+            yield [op_for(i) for i in range(c)]
+
+    return workers
+
+
+@contextlib.asynccontextmanager
+async def service_life(url: str, c: int) -> AsyncIterator[list[Operation]]:
+    async with ledger_over_pool(url, c) as ledger:
+
+        def op_for(i: int) -> Operation:
+            actor = Actor(f"agent-{i}")
+
+            async def op() -> float | None:
+                t0 = _clock()
+                claim = await ledger.claim(actor.name)
+                latency = _clock() - t0
+                if claim.unit is None or claim.attempt is None:
+                    return None
+                unit, attempt = str(claim.unit.id), claim.attempt.id
+                await ledger.start(unit, actor, attempt_id=attempt)
+                await ledger.record_cost(attempt, 125, actor)
+                await ledger.verify(unit, actor, EVIDENCE, attempt_id=attempt)
+                await ledger.dispose(unit, Disposition.MIGRATED, actor, attempt_id=attempt)
+                return latency
+
+            return op
+
+        yield [op_for(i) for i in range(c)]
+
+
+# -- the peer -----------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def pgqueuer_dequeue_complete(url: str, c: int) -> AsyncIterator[list[Operation]]:
+    from pgqueuer.ports.repository import EntrypointExecutionParameter
+    from pgqueuer.queries import Queries
+
+    entrypoints = {"bench": EntrypointExecutionParameter(concurrency_limit=0)}
+    heartbeat_timeout = dt.timedelta(seconds=30)
+    async with connections(url, c, plain=True) as conns:
+
+        def op_for(conn: asyncpg.Connection) -> Operation:
+            queries = Queries.from_asyncpg_connection(conn)
+            manager_id = uuid.uuid4()
+
+            async def op() -> float | None:
+                t0 = _clock()
+                jobs = await queries.dequeue(
+                    batch_size=1,
+                    entrypoints=entrypoints,  # type: ignore[arg-type]
+                    queue_manager_id=manager_id,  # type: ignore[arg-type]
+                    global_concurrency_limit=None,
+                    heartbeat_timeout=heartbeat_timeout,
+                )
+                latency = _clock() - t0
+                if not jobs:
+                    return None
+                await queries.log_jobs([(jobs[0], "successful", None)])
+                return latency
+
+            return op
+
+        yield [op_for(conn) for conn in conns]
+
+
+CONFIGS = [
+    Config(
+        "raw_bare_claim",
+        "1 statement, 1 commit: UPDATE … WHERE id = (SELECT … FOR NO KEY UPDATE SKIP LOCKED "
+        "LIMIT 1) on a bare table (no attempt/event rows, no triggers)",
+        "bare",
+        60_000,
+        seed_bare,
+        bare_claim,
+    ),
+    Config(
+        "raw_ledger_claim",
+        "1 statement, 1 commit: hand-written claim CTE on the real schema (unit update + "
+        "attempt row + event row; triggers fire)",
+        "ledger",
+        30_000,
+        seed_ledger,
+        _raw_ledger(finish=False),
+    ),
+    Config(
+        "ledger_sql_claim",
+        "1 statement, 1 commit: the product's claim_unit SQL (db/sql/units.sql) on a raw "
+        "connection, no service layer",
+        "ledger",
+        30_000,
+        seed_ledger,
+        _raw_ledger(finish=False, product_sql=True),
+    ),
+    Config(
+        "service_claim",
+        "1 statement, 1 commit: Ledger.claim over a Store/pool (pool size = concurrency), "
+        "records decoded into domain objects",
+        "ledger",
+        30_000,
+        seed_ledger,
+        _service(finish=False),
+    ),
+    Config(
+        "raw_ledger_claim_finish",
+        "2 commits: the hand-written claim CTE, then a finish commit (claimed → in_progress "
+        "+ event)",
+        "ledger",
+        20_000,
+        seed_ledger,
+        _raw_ledger(finish=True),
+    ),
+    Config(
+        "service_claim_finish",
+        "2 commits: Ledger.claim, then Ledger.start (claimed → in_progress, fenced by attempt_id)",
+        "ledger",
+        20_000,
+        seed_ledger,
+        _service(finish=True),
+    ),
+    Config(
+        "service_life",
+        "5 commits: Ledger.claim, start, record_cost, verify (evidence link), dispose MIGRATED; "
+        "one agent name per worker",
+        "ledger",
+        10_000,
+        seed_ledger,
+        service_life,
+    ),
+    Config(
+        "pgqueuer",
+        "2 commits: PGQueuer 1.6 Queries.dequeue(batch_size=1), then log_jobs(successful) "
+        "(the queue manager's own completion statement)",
+        "pgqueuer",
+        15_000,
+        seed_pgqueuer,
+        pgqueuer_dequeue_complete,
+    ),
+]

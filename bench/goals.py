@@ -1,0 +1,119 @@
+"""The issue's goals, computed as ratios of figures measured in the same run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _get(result: dict[str, Any], *path: str) -> Any:
+    node: Any = result
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _goal(name: str, value: float | None, op: str, bound: float, how: str) -> dict[str, Any]:
+    if value is None:
+        verdict = "NOT MEASURED"
+    elif op == ">=":
+        verdict = "PASS" if value >= bound else "FAIL"
+    else:
+        verdict = "PASS" if value <= bound else "FAIL"
+    return {
+        "goal": name,
+        "value": None if value is None else round(value, 3),
+        "bound": f"{op} {bound}",
+        "verdict": verdict,
+        "how": how,
+    }
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
+    med = _get(result, "claims", "median") or {}
+    out = []
+    for c in levels:
+        k = str(c)
+        for ours, limit in (
+            ("service_claim", "raw_ledger_claim"),
+            ("service_claim_finish", "raw_ledger_claim_finish"),
+        ):
+            value = _ratio(_get(med, ours, k, "items_per_s"), _get(med, limit, k, "items_per_s"))
+            out.append(
+                _goal(
+                    f"{ours} ≥ 0.9x {limit} (c={c})",
+                    value,
+                    ">=",
+                    0.9,
+                    f"items/s of {ours} ÷ items/s of {limit}, medians",
+                )
+            )
+    http = _get(result, "http", "median") or {}
+    out.append(
+        _goal(
+            "HTTP claim ≥ 0.6x bare ASGI endpoint (c=64)",
+            _ratio(
+                _get(http, "http_claim", "64", "items_per_s"),
+                _get(http, "asgi_raw_claim", "64", "items_per_s"),
+            ),
+            ">=",
+            0.6,
+            "items/s of http_claim ÷ items/s of asgi_raw_claim",
+        )
+    )
+    out.append(
+        _goal(
+            "HTTP claim p99 ≤ 3x raw ledger-shaped statement p99 (c=64)",
+            _ratio(
+                _get(http, "http_claim", "64", "claim_p99_ms"),
+                _get(med, "raw_ledger_claim", "64", "claim_p99_ms"),
+            ),
+            "<=",
+            3.0,
+            "claim p99 of http_claim ÷ claim p99 of raw_ledger_claim",
+        )
+    )
+    out.append(
+        _goal(
+            "HTTP claim ≥ 2x PGQueuer dequeue+complete (c=64)",
+            _ratio(
+                _get(http, "http_claim", "64", "items_per_s"),
+                _get(med, "pgqueuer", "64", "items_per_s"),
+            ),
+            ">=",
+            2.0,
+            "items/s of http_claim ÷ items/s of pgqueuer",
+        )
+    )
+    scale = _get(result, "scale", "claim") or {}
+    out.append(
+        _goal(
+            "claim p50 at 1,000,000 ready ≤ 1.2x at 1,000",
+            _ratio(_get(scale, "large", "claim_p50_ms"), _get(scale, "small", "claim_p50_ms")),
+            "<=",
+            1.2,
+            "service claim p50 (c=1) with the large backlog ÷ with the small one",
+        )
+    )
+    lp = _get(result, "longpoll") or {}
+    out.append(_goal("long-poll wake-up p50 ≤ 50 ms", lp.get("wake_p50_ms"), "<=", 50, ""))
+    out.append(
+        _goal("long-poll database connections ≤ 5", lp.get("db_connections_max"), "<=", 5, "")
+    )
+    out.append(_goal("long-poll server RSS ≤ 200 MB", lp.get("server_rss_mb_max"), "<=", 200, ""))
+    soak = _get(result, "soak") or {}
+    out.append(
+        _goal(
+            "soak: claim p50 last 10% ≤ 1.5x first 10%",
+            _ratio(_get(soak, "last", "claim_p50_ms"), _get(soak, "first", "claim_p50_ms")),
+            "<=",
+            1.5,
+            "claim p50 over the last tenth of the lives ÷ over the first tenth",
+        )
+    )
+    return out

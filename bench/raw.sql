@@ -1,0 +1,72 @@
+-- The benchmark's own hand-written statements: the limits the ledger is measured against.
+-- Loaded by work_ledger.db.queries.parse_named_sql, like the product's statements.
+
+-- name: bare_create
+-- A bare queue table: no attempts, no events, no triggers. Same partial-index idea as the
+-- ledger's ready index.
+CREATE TABLE bench_items (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    state      text NOT NULL DEFAULT 'ready',
+    claimed_by text,
+    claimed_at timestamptz
+);
+CREATE INDEX bench_items_ready_idx ON bench_items (id) WHERE state = 'ready';
+
+-- name: bare_seed
+-- $1 how many ready items.
+INSERT INTO bench_items (state) SELECT 'ready' FROM generate_series(1, $1);
+
+-- name: bare_claim
+-- The raw-SQL limit: one statement, one row, oldest first. $1 worker.
+UPDATE bench_items SET state = 'claimed', claimed_by = $1, claimed_at = now()
+WHERE id = (SELECT id FROM bench_items WHERE state = 'ready'
+            ORDER BY id FOR NO KEY UPDATE SKIP LOCKED LIMIT 1)
+RETURNING id;
+
+-- name: ledger_seed
+-- $1 how many ready units, registered in created_at order (the product's DEFAULT
+-- clock_timestamp()), each with its `registered` event as register_units writes it.
+WITH units AS (
+    INSERT INTO work_units (external_ref, fleet)
+    SELECT 'bench-' || g, 'bench' FROM generate_series(1, $1) AS g
+    RETURNING id
+)
+INSERT INTO work_unit_events (unit_id, event_type, to_state, agent_id)
+SELECT id, 'registered', 'ready', 'bench' FROM units;
+
+-- name: ledger_claim
+-- The raw ledger-shaped claim, against the real schema (its triggers and constraints fire):
+-- the oldest ready unit flips to claimed with a lease, its attempt row and its event row
+-- are written in the same statement. No resume, no stale reclaim, no domain filter.
+-- $1 agent, $2 lease seconds.
+WITH picked AS (
+    SELECT id FROM work_units WHERE state = 'ready'
+    ORDER BY created_at, id LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE work_units AS u
+    SET state = 'claimed', claimed_by = $1, attempt_count = u.attempt_count + 1,
+        lease_expires_at = now() + make_interval(secs => $2), last_heartbeat_at = now()
+    FROM picked AS p
+    WHERE u.id = p.id
+    RETURNING u.id, u.attempt_count
+), attempt AS (
+    INSERT INTO work_unit_attempts (unit_id, attempt_no, agent_id)
+    SELECT id, attempt_count, $1 FROM claimed
+    RETURNING id, unit_id
+), event AS (
+    INSERT INTO work_unit_events (unit_id, attempt_id, event_type, from_state, to_state, agent_id)
+    SELECT unit_id, id, 'claimed', 'ready', 'claimed', $1 FROM attempt
+)
+SELECT unit_id, id AS attempt_id FROM attempt;
+
+-- name: ledger_finish
+-- The finish commit after a raw claim: claimed → in_progress (the holder starts), with
+-- its event. $1 unit, $2 attempt, $3 agent.
+WITH unit AS (
+    UPDATE work_units SET state = 'in_progress'
+    WHERE id = $1 AND state = 'claimed' AND claimed_by = $3
+    RETURNING id
+)
+INSERT INTO work_unit_events (unit_id, attempt_id, event_type, from_state, to_state, agent_id)
+SELECT id, $2, 'transitioned', 'claimed', 'in_progress', $3 FROM unit;

@@ -1,0 +1,70 @@
+"""The Markdown rendering of one run's JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _n(x: Any, digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int | float):
+        return f"{x:,.{digits}f}"
+    return str(x)
+
+
+def claims_table(claims: dict[str, Any]) -> list[str]:
+    lines = [
+        "| config | c | items/s | claim p50 ms | claim p99 ms | client CPU % | server CPU % "
+        "| other CPU % | client ms/item | server ms/item |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, by_c in claims["median"].items():
+        for c, m in by_c.items():
+            lines.append(
+                f"| {name} | {c} | {_n(m['items_per_s'])} | {_n(m['claim_p50_ms'], 2)} "
+                f"| {_n(m['claim_p99_ms'], 2)} | {_n(m['client_cpu_pct'])} "
+                f"| {_n(m['server_cpu_pct'])} | {_n(m['other_cpu_pct'])} "
+                f"| {_n(m['client_cpu_ms_per_item'], 3)} | {_n(m['server_cpu_ms_per_item'], 3)} |"
+            )
+    lines += ["", "What one item's measured loop includes:", ""]
+    lines += [f"- `{name}`: {cfg['loop']}" for name, cfg in claims["configs"].items()]
+    return lines
+
+
+def goals_table(goals: list[dict[str, Any]]) -> list[str]:
+    lines = ["| goal | measured | bound | verdict |", "|---|---:|---|---|"]
+    for g in goals:
+        lines.append(f"| {g['goal']} | {_n(g['value'], 3)} | {g['bound']} | **{g['verdict']}** |")
+    return lines
+
+
+def markdown(result: dict[str, Any], json_name: str) -> str:
+    m, pg = result["machine"], result["postgres"]
+    lines = [
+        f"Run started {result['started_at']}, finished {result.get('finished_at')}; "
+        f"command `{result['command']}`; raw JSON `bench/results/{json_name}`.",
+        "",
+        f"Machine: {m['cpu_model']}, {m['logical_cpus']} logical CPUs, {m['memory_gb']} GB; "
+        f"{m['os']}; Python {m['python']}, asyncpg {m['asyncpg']}. Load average at start "
+        f"{_n(result['load_average_start'][0], 2)}, at end {_n(result['load_average_end'][0], 2)}.",
+        "",
+        "PostgreSQL: " + ", ".join(f"{k}={v}" for k, v in sorted(pg.items())) + ".",
+        "",
+        "## Goals",
+        "",
+        *goals_table(result["goals"]),
+    ]
+    if "claims" in result:
+        lines += [
+            "",
+            "## Claim path (median of the repetitions)",
+            "",
+            *claims_table(result["claims"]),
+        ]
+    for section in ("diagnostics", "scale", "http", "longpoll", "soak"):
+        if section in result and "markdown" in result[section]:
+            lines += ["", *result[section]["markdown"]]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,210 @@
+"""work-ledger benchmark: the claim path beside its raw-SQL limits and a peer, in one run.
+
+    uv run --group bench python bench/run.py            # the full run (tens of minutes)
+    uv run --group bench python bench/run.py --quick    # smaller sizes, one pass in minutes
+    uv run --group bench python bench/run.py --smoke    # tiny: keeps the script alive
+
+Starts its own PostgreSQL (the embedded server in a temporary directory, or the server of
+WL_DATABASE_URL), gives every measured window a fresh database, and writes the raw JSON
+and a Markdown table (bench/README.md says what each figure means).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import asyncpg
+import claims
+import goals
+import psutil
+import report
+from harness import Server, load_average, measure, median_of, start_embedded
+
+from work_ledger.db.connect import with_database
+from work_ledger.runtime import migrate_database
+
+HERE = Path(__file__).resolve().parent
+TEMPLATES = {"ledger": "bench_tpl_ledger", "bare": "bench_tpl_bare", "pgqueuer": "bench_tpl_pgq"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--concurrency", default="1,16,64,256", help="comma-separated worker counts")
+    p.add_argument("--reps", type=int, default=3, help="repetitions per figure (median taken)")
+    p.add_argument("--warmup", type=float, default=1.0, help="seconds run before each window")
+    p.add_argument("--duration", type=float, default=4.0, help="seconds in each timed window")
+    p.add_argument("--configs", default="", help="comma-separated claim configs (default all)")
+    p.add_argument(
+        "--sections",
+        default="claims,diagnostics,scale,http,longpoll,soak",
+        help="which parts to run",
+    )
+    p.add_argument("--quick", action="store_true", help="smaller sizes (documented in README)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, c=1,16, one repetition")
+    p.add_argument("--out", default=str(HERE / "results"), help="where the JSON goes")
+    p.add_argument("--markdown", default="", help="also write the Markdown table here")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.concurrency, args.reps, args.warmup, args.duration = "1,16", 1, 0.2, 0.5
+        args.quick = True
+    args.levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    args.section_set = {x.strip() for x in args.sections.split(",") if x.strip()}
+    return args
+
+
+async def admin_server() -> Server:
+    url = os.environ.get("WL_DATABASE_URL")
+    if not url:
+        home = Path(tempfile.mkdtemp(prefix="wl-bench-"))
+        # Registered before the server starts, so it runs after the server has stopped.
+        atexit.register(shutil.rmtree, home, True)
+        url = start_embedded(home)
+    return await Server.attach(url)
+
+
+async def build_templates(server: Server) -> None:
+    conn = await asyncpg.connect(server.admin_url)
+    try:
+        for name in TEMPLATES.values():
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    await migrate_database(with_database(server.admin_url, TEMPLATES["ledger"]))
+    from pgqueuer.queries import Queries
+
+    pgq = await asyncpg.connect(with_database(server.admin_url, TEMPLATES["pgqueuer"]))
+    try:
+        await Queries.from_asyncpg_connection(pgq).install()
+    finally:
+        await pgq.close()
+
+
+async def one_window(
+    server: Server, config: claims.Config, c: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Seed a fresh database, run the config's workers, time one window."""
+    backlog = config.backlog // (10 if args.quick else 1)
+    for _attempt in range(3):
+        async with server.fresh_database(config.name, TEMPLATES[config.template]) as url:
+            seed = await asyncpg.connect(url)
+            try:
+                await config.seed(seed, backlog)
+            finally:
+                await seed.close()
+            async with config.workers(url, c) as operations:
+                sample = await measure(
+                    operations, server=server, warmup=args.warmup, duration=args.duration
+                )
+        if not sample.exhausted:
+            break
+        backlog *= 2  # the window ran dry: measure again with a deeper backlog
+    summary = sample.summary()
+    summary["backlog"] = backlog
+    return summary
+
+
+async def run_claims(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+    wanted = {x for x in args.configs.split(",") if x}
+    configs = [c for c in claims.CONFIGS if not wanted or c.name in wanted]
+    runs: dict[str, dict[int, list[dict[str, Any]]]] = {c.name: {} for c in configs}
+    # Repetition outermost, configurations innermost: a burst of load from elsewhere on the
+    # machine hits every configuration of a repetition alike, so the ratios hold.
+    for rep in range(args.reps):
+        for c in args.levels:
+            for config in configs:
+                t0 = time.perf_counter()
+                s = await one_window(server, config, c, args)
+                runs[config.name].setdefault(c, []).append(s)
+                print(
+                    f"rep {rep + 1} c={c:<3} {config.name:<24} {s['items_per_s']:>8.0f}/s "
+                    f"p50 {fmt(s['claim_p50_ms'])} p99 {fmt(s['claim_p99_ms'])} ms "
+                    f"cpu client {s['client_cpu_pct']}% server {s['server_cpu_pct']}% "
+                    f"other {s['other_cpu_pct']}% ({time.perf_counter() - t0:.1f}s)",
+                    flush=True,
+                )
+    return {
+        "configs": {c.name: {"loop": c.loop} for c in configs},
+        "runs": {name: {str(c): v for c, v in by_c.items()} for name, by_c in runs.items()},
+        "median": {
+            name: {str(c): median_of(v) for c, v in by_c.items()} for name, by_c in runs.items()
+        },
+    }
+
+
+def fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu_model": model,
+        "logical_cpus": psutil.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "asyncpg": asyncpg.__version__,
+    }
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    started = dt.datetime.now(dt.UTC)
+    server = await admin_server()
+    await build_templates(server)
+    result: dict[str, Any] = {
+        "started_at": started.isoformat(timespec="seconds"),
+        "command": " ".join(["python", "bench/run.py", *sys.argv[1:]]),
+        "options": {k: v for k, v in vars(args).items() if k not in ("levels", "section_set")},
+        "machine": machine(),
+        "postgres": await server.settings(),
+        "load_average_start": load_average(),
+    }
+    print(f"PostgreSQL {result['postgres'].get('server_version')}; {result['machine']}", flush=True)
+    if "claims" in args.section_set:
+        result["claims"] = await run_claims(server, args)
+    result["load_average_end"] = load_average()
+    result["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    result["goals"] = goals.evaluate(result, args.levels)
+    return result
+
+
+def write_outputs(result: dict[str, Any], args: argparse.Namespace) -> Path:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    suffix = "-smoke" if args.smoke else "-quick" if args.quick else ""
+    stamp = result["started_at"].replace("+00:00", "Z").replace("-", "").replace(":", "")
+    path = out / f"run-{stamp}{suffix}.json"
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    text = report.markdown(result, path.name)
+    if args.markdown:
+        Path(args.markdown).write_text(text, encoding="utf-8")
+    print(text)
+    print(f"raw results: {path}")
+    return path
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    write_outputs(asyncio.run(main(arguments)), arguments)
