@@ -1,0 +1,81 @@
+-- The read side: what `work-ledger report`, /metrics and `grant-reader` ask of the views
+-- (migration 0004). Every read goes through a view, never a table, so that it sees what
+-- the read-only role and Grafana see.
+
+-- name: read_store_settings
+-- $1 stall seconds (WL_STALL_SECONDS). Written at start; unchanged values write nothing.
+INSERT INTO wl_settings (singleton, stall_seconds) VALUES (true, $1)
+ON CONFLICT (singleton) DO UPDATE
+SET stall_seconds = excluded.stall_seconds, updated_at = now()
+WHERE wl_settings.stall_seconds IS DISTINCT FROM excluded.stall_seconds;
+
+-- name: read_queue_depth
+-- $1 domain or null (every domain and the total row).
+SELECT scope, domain, ready, claimed, in_progress, blocked, verified, done, abandoned, open, units
+FROM v_queue_depth
+WHERE $1::text IS NULL OR (scope = 'domain' AND domain = $1)
+ORDER BY scope = 'total', domain;
+
+-- name: read_stall_list
+-- $1 domain or null. Longest silent first.
+SELECT unit_id, external_ref, fleet, domain, state, holder, attempt_id, attempt_no,
+       last_heartbeat_at, lease_expires_at, lease_expired, stalled_seconds,
+       stall_threshold_seconds
+FROM v_stall_list
+WHERE $1::text IS NULL OR domain = $1
+ORDER BY stalled_seconds DESC, external_ref;
+
+-- name: read_cost_summary
+-- $1 domain or null: the domain rows and the total row of v_cost_per_unit.
+SELECT scope, domain, units, attempts, cost_cents, merged_units, merged_cost_cents,
+       cost_per_unit_cents, cost_per_merged_unit_cents, spend_per_merged_unit_cents
+FROM v_cost_per_unit
+WHERE scope <> 'unit' AND ($1::text IS NULL OR (scope = 'domain' AND domain = $1))
+ORDER BY scope = 'total', domain;
+
+-- name: read_costliest_units
+-- $1 domain or null, $2 how many: the units that cost the most.
+SELECT domain, unit_id, external_ref, state, disposition, attempts, cost_cents
+FROM v_cost_per_unit
+WHERE scope = 'unit' AND ($1::text IS NULL OR domain = $1)
+ORDER BY cost_cents DESC, external_ref
+LIMIT $2;
+
+-- name: read_rework_rates
+-- $1 domain or null: the rework rate per domain and in total.
+SELECT scope, domain, attempted_units, reworked_units, attempts, extra_attempts,
+       superseded_attempts, released_attempts, rework_rate
+FROM v_rework
+WHERE scope IN ('domain', 'total') AND ($1::text IS NULL OR (scope = 'domain' AND domain = $1))
+ORDER BY scope = 'total', domain;
+
+-- name: read_reworked_units
+-- $1 domain or null, $2 how many: the units that took the most attempts.
+SELECT domain, unit_id, external_ref, state, disposition, attempts, superseded_attempts,
+       released_attempts
+FROM v_rework
+WHERE scope = 'unit' AND ($1::text IS NULL OR domain = $1)
+ORDER BY attempts DESC, external_ref
+LIMIT $2;
+
+-- name: read_disposition_summary
+-- $1 domain or null (then the four total rows, one per disposition).
+SELECT scope, disposition, domain, units, attempts, cost_cents, cost_per_unit_cents,
+       units_without_evidence, evidence_urls, evidence_url_count, first_disposed_at,
+       last_disposed_at
+FROM v_disposition_summary
+WHERE CASE WHEN $1::text IS NULL THEN scope = 'total' ELSE scope = 'domain' AND domain = $1 END
+ORDER BY disposition;
+
+-- name: read_metrics_snapshot
+-- Everything the /metrics gauges show, in one round trip: queue depth by domain and
+-- state, and stalled units by domain.
+SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
+        FROM v_queue_depth AS q WHERE q.scope = 'domain') AS queue_depth,
+       (SELECT coalesce(jsonb_object_agg(s.domain, s.units), '{}')
+        FROM (SELECT domain, count(*) AS units FROM v_stall_list GROUP BY domain) AS s)
+           AS stalled;
+
+-- name: read_grant_reader
+-- $1 role name, $2 SCRAM-SHA-256 password verifier: the views the role may now read.
+SELECT wl_grant_reader($1, $2) AS views;
