@@ -1,27 +1,132 @@
-"""The ASGI application."""
+"""The ASGI application: a small factory that wires state and includes one router per group.
+
+To add endpoints, write a router module under `api/routes/` (or beside this file) and add
+one `app.include_router(...)` line below.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import ipaddress
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 
+from work_ledger.api import problems
+from work_ledger.api.longpoll import Notifier
+from work_ledger.api.middleware import EdgeMiddleware
+from work_ledger.api.routes import attempts, events, health, questions, units
+from work_ledger.auth import OPERATOR_TOKEN_FILE, Role, TokenStore, load_secret, write_private
 from work_ledger.config import Settings
+from work_ledger.db.connect import resolve_database_url
+from work_ledger.idempotency import IdempotencyStore
 from work_ledger.runtime import open_ledger
 
+EXPIRE_EVERY_SECONDS = 600.0
 
-def create_app(settings: Settings) -> FastAPI:
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+async def _guard_tokens(app: FastAPI, tokens: TokenStore, settings: Settings, host: str) -> None:
+    """No tokens yet: refuse a non-loopback bind; on loopback, mint the first operator."""
+    if await tokens.count_live() > 0:
+        return
+    if not is_loopback(host):
+        raise SystemExit(
+            f"refusing to serve on {host}: no API token exists yet, so anyone could reach an "
+            "unprotected ledger. Run `work-ledger token create --role operator --principal "
+            "NAME` first, or serve on 127.0.0.1 once to mint the first operator token."
+        )
+    if app.state.bootstrap:
+        token, _ = await tokens.create(Role.OPERATOR, "operator")
+        path = settings.home / OPERATOR_TOKEN_FILE
+        write_private(path, token)
+        print(
+            f"No API token existed: minted an operator token (shown once, saved 0600 to "
+            f"{path}):\n{token}",
+            flush=True,
+        )
+
+
+async def _expire_idempotency(store: IdempotencyStore) -> None:
+    while True:
+        with contextlib.suppress(Exception):
+            await store.expire()
+        await asyncio.sleep(EXPIRE_EVERY_SECONDS)
+
+
+def create_app(
+    settings: Settings,
+    *,
+    host: str = "127.0.0.1",
+    bootstrap: bool = False,
+    max_connections: int = 10,
+) -> FastAPI:
+    """The API over `settings.database_url` (or the embedded server)."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with open_ledger(settings) as ledger:
-            app.state.ledger = ledger
-            yield
+        url = await resolve_database_url(settings)
+        async with open_ledger(settings, url=url, max_connections=max_connections) as ledger:
+            tokens = TokenStore(ledger.store, load_secret(settings.secret, settings.home))
+            await _guard_tokens(app, tokens, settings, host)
+            notifier = Notifier(url)
+            await notifier.start()
+            idempotency = IdempotencyStore(ledger.store)
+            expiry = asyncio.create_task(_expire_idempotency(idempotency))
+            app.state.ledger, app.state.tokens = ledger, tokens
+            app.state.notifier, app.state.idempotency = notifier, idempotency
+            try:
+                yield
+            finally:
+                expiry.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await expiry
+                await notifier.stop()
 
-    app = FastAPI(title="work-ledger", lifespan=lifespan)
+    app = FastAPI(
+        title="work-ledger",
+        version="0.1.0",
+        description="The durable accounting ledger for fleets of AI coding agents. "
+        "Errors are RFC 9457 application/problem+json.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.bootstrap = bootstrap
+    problems.install(app)
+    app.add_middleware(EdgeMiddleware)
 
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    app.include_router(health.router)
+    app.include_router(events.router)  # before units: /units/{unit}/events
+    app.include_router(units.router)
+    app.include_router(attempts.router)
+    app.include_router(questions.router)
 
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components["Problem"] = problems.Problem.model_json_schema(
+                ref_template="#/components/schemas/{model}"
+            )
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

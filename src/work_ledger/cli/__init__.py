@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from work_ledger.cli import server as _server  # noqa: F401  (registers serve, migrate, audit)
+from work_ledger.cli import tokens as _tokens  # noqa: F401  (registers token create|list|revoke)
 from work_ledger.cli.app import app
 
 

@@ -46,13 +46,18 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
     port: int = typer.Option(DEFAULT_PORT, help="Port to listen on."),
 ) -> None:
-    """Apply migrations, then serve the HTTP API."""
+    """Apply migrations, then serve the HTTP API.
+
+    With no API token yet, mints an operator token (printed once, saved 0600 to
+    WL_HOME/operator.token), and refuses to bind a non-loopback address."""
     import uvicorn
 
     from work_ledger.api.app import create_app
+    from work_ledger.api.middleware import configure_logging
 
+    configure_logging()
     uvicorn.run(
-        create_app(load_settings()),
+        create_app(load_settings(), host=host, bootstrap=True),
         host=host,
         port=port,
         loop="uvloop",

@@ -1,0 +1,228 @@
+"""Request dependencies: who is calling (auth, roles, sub-agents) and Idempotency-Key.
+
+Role → endpoint matrix (DESIGN §7); `operator` may do everything:
+
+    endpoint                         agent  harness  triage  projector  reader
+    GET (units, events, questions)     ✓      ✓        ✓        ✓         ✓
+    POST /units (register)             ·      ·        ·        ·         ·
+    POST /units/claim, /{unit}/claim   ✓      ·        ·        ·         ·
+    POST /attempts/{id}/heartbeat      ✓      ·        ·        ·         ·
+    POST /attempts/{id}/cost           ✓      ·        ·        ·         ·
+    POST /units/{unit}/transition      ✓      verified only      ·        ·
+    POST /units/{unit}/block           ✓      ✓        ·        ·         ·
+    POST /units/{unit}/unblock         ·      ·        ✓        ·         ·
+    POST /units/{unit}/dispose         ✓      ·        ·        ·         ·
+    POST /questions/{id}/cancel        ✓      ·        ✓        ·         ·
+    POST /projection/events            ·      ·        ·        ✓         ·
+
+An agent acts as itself (Actor(privileged=False)): the service checks it holds the unit.
+Harness is privileged for verify and block, triage for unblock and cancel, operator for
+everything. A request may narrow the acting id to a sub-agent with the `X-WL-Agent:
+<principal>/<suffix>` header; it can never name another principal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, Header, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from work_ledger.api import problems
+from work_ledger.auth import Principal, Role, TokenStore
+from work_ledger.domain import Actor
+from work_ledger.errors import Forbidden, Unauthorized, WorkLedgerError
+from work_ledger.idempotency import (
+    IdempotencyStore,
+    Outcome,
+    check_key,
+    request_hash,
+)
+from work_ledger.service import Ledger
+
+AGENT_HEADER = "X-WL-Agent"
+REPLAYED_HEADER = "Idempotent-Replayed"
+_SUFFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")
+_bearer = HTTPBearer(auto_error=False, description="A token from `work-ledger token create`.")
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """The verified token and the agent id it acts as on this request."""
+
+    token: Principal
+    agent: str
+
+    @property
+    def role(self) -> Role:
+        return self.token.role
+
+    def actor(self, *privileged: Role) -> Actor:
+        """The service's Actor: privileged for operator and the roles named here."""
+        return Actor(self.agent, privileged=self.role in (Role.OPERATOR, *privileged))
+
+
+def ledger(request: Request) -> Ledger:
+    value: Ledger = request.app.state.ledger
+    return value
+
+
+def acting_agent(token: Principal, named: str | None) -> str:
+    """The token's principal, or `principal/suffix` when the request names a sub-agent."""
+    if named is None or named == token.principal:
+        return token.principal
+    head, sep, suffix = named.partition("/")
+    if head != token.principal or not sep or not _SUFFIX.match(suffix):
+        raise Forbidden(
+            f"this token belongs to {token.principal}; it cannot act as {named[:300]!r}. "
+            f"Name a sub-agent as {token.principal}/<suffix> (letters, digits, . _ : @ -), "
+            "or drop the X-WL-Agent header"
+        )
+    return named
+
+
+async def authenticate(request: Request) -> Caller:
+    """Verify the bearer token once per request (cached on the request)."""
+    cached: Caller | None = getattr(request.state, "caller", None)
+    if cached is not None:
+        return cached
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized(
+            "no token: send `Authorization: Bearer wl_<prefix>_<secret>` with a token from "
+            "`work-ledger token create --role ROLE --principal NAME`"
+        )
+    tokens: TokenStore = request.app.state.tokens
+    principal = await tokens.verify(token.strip())
+    caller = Caller(principal, acting_agent(principal, request.headers.get(AGENT_HEADER)))
+    request.state.caller = caller
+    request.state.principal = caller.agent
+    return caller
+
+
+def require(*roles: Role) -> Callable[..., Awaitable[Caller]]:
+    """A dependency admitting the given roles (and operator)."""
+    allowed = frozenset((*roles, Role.OPERATOR))
+    names = ", ".join(sorted(r.value for r in allowed))
+
+    async def caller(
+        request: Request,
+        _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+        _agent: Annotated[
+            str | None,
+            Header(
+                alias=AGENT_HEADER,
+                max_length=200,
+                description="Act as a sub-agent: <principal>/<suffix>.",
+            ),
+        ] = None,
+    ) -> Caller:
+        found = await authenticate(request)
+        if found.role not in allowed:
+            raise Forbidden(
+                f"a {found.role} token may not {request.method} {request.url.path}; this "
+                f"endpoint takes a token with role {names}"
+            )
+        return found
+
+    return caller
+
+
+def refuse_role(caller: Caller, role: Role, what: str) -> None:
+    if caller.role is role:
+        raise Forbidden(f"a {role} token may not {what}")
+
+
+ANY_ROLE = tuple(Role)
+Reader = Annotated[Caller, Depends(require(*ANY_ROLE))]
+
+
+def idempotency_header(
+    _key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            max_length=255,
+            description="Retry-safe writes: a replay returns the first outcome, unchanged.",
+        ),
+    ] = None,
+) -> None:
+    """Documents the header; IdempotentRoute does the work."""
+
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+class IdempotentRoute(APIRoute):
+    """A route whose POSTs honour Idempotency-Key: reserve, run once, store, replay."""
+
+    def get_route_handler(self) -> Handler:
+        handler = super().get_route_handler()
+        if "POST" not in (self.methods or ()):
+            return handler
+
+        async def idempotent(request: Request) -> Response:
+            key = request.headers.get("idempotency-key")
+            if key is None:
+                return await handler(request)
+            return await _run_idempotent(request, check_key(key), handler)
+
+        return idempotent
+
+
+async def _run_idempotent(request: Request, key: str, handler: Handler) -> Response:
+    caller = await authenticate(request)
+    store: IdempotencyStore = request.app.state.idempotency
+    scope = f"{caller.role}:{caller.agent}"
+    digest = request_hash(request.method, request.url.path, request.url.query, await request.body())
+    reservation = await store.reserve(scope, key, digest)
+    if reservation.outcome is not None:
+        stored = reservation.outcome
+        return Response(
+            stored.body,
+            status_code=stored.status,
+            media_type=stored.content_type,
+            headers={REPLAYED_HEADER: "true"},
+        )
+    try:
+        response = await _outcome_of(handler, request)
+    except BaseException:
+        await _release_quietly(store, scope, key)
+        raise
+    if response.status_code >= 500:
+        await _release_quietly(store, scope, key)
+        return response
+    media_type = response.headers.get("content-type", "application/json")
+    await store.complete(
+        scope, key, Outcome(response.status_code, media_type, bytes(response.body))
+    )
+    return response
+
+
+async def _outcome_of(handler: Handler, request: Request) -> Response:
+    try:
+        return await handler(request)
+    except WorkLedgerError as exc:
+        return problems.error_response(exc)
+    except RequestValidationError as exc:
+        return problems.validation_response(exc)
+    except StarletteHTTPException as exc:
+        return problems.http_response(exc)
+
+
+async def _release_quietly(store: IdempotencyStore, scope: str, key: str) -> None:
+    # If even this fails, the reservation lapses after TAKEOVER_SECONDS.
+    with contextlib.suppress(Exception):
+        await store.release(scope, key)
+
+
+def unit_logged(request: Request, unit_id: Any) -> None:
+    """Name the unit in this request's access log line."""
+    request.state.unit_id = str(unit_id)

@@ -1,0 +1,198 @@
+"""RFC 9457 problem+json: every error the API returns, rendered in one place.
+
+A problem carries `type`, `title`, `status`, `detail` and the ledger's `code`; a refusal
+by a ledger rule (409) also names the `invariant`, the `unit_id`, its current `state` and
+the actions `allowed` next. `detail` is written for the agent that reads it: what was
+refused, why, and what to do instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from work_ledger.errors import WorkLedgerError
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+TYPE_BASE = "urn:work-ledger:problem:"
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(
+        description="A URI naming the kind of problem: urn:work-ledger:problem:<code>"
+    )
+    title: str
+    status: int
+    detail: str = Field(description="What was refused, why, and what to do instead.")
+    code: str = Field(description="The ledger's error code (snake_case).")
+    invariant: str | None = Field(None, description="The ledger rule that refused the request.")
+    unit_id: str | None = None
+    state: str | None = Field(None, description="The unit's current state.")
+    allowed: list[str] | None = Field(None, description="The actions allowed next.")
+    errors: list[dict[str, Any]] | None = Field(None, description="Each invalid field (422).")
+
+
+def problem_body(status: int, code: str, title: str, detail: str, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": TYPE_BASE + code,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return body
+
+
+def problem_response(
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    *,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    return JSONResponse(
+        problem_body(status, code, title, detail, **extra),
+        status_code=status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=headers,
+    )
+
+
+def error_response(exc: WorkLedgerError) -> JSONResponse:
+    extra: dict[str, Any] = dict(exc.extra)
+    if exc.status == 409 or exc.invariant is not None:
+        extra.update(invariant=exc.invariant, unit_id=exc.unit_id, state=exc.state)
+        extra["allowed"] = list(exc.allowed)
+    elif exc.unit_id is not None:
+        extra.update(unit_id=exc.unit_id, state=exc.state, allowed=list(exc.allowed))
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return problem_response(exc.status, exc.code, exc.title, exc.detail, headers=headers, **extra)
+
+
+def _where(loc: Sequence[Any]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "request"
+
+
+def validation_response(exc: RequestValidationError) -> JSONResponse:
+    errors = [
+        {
+            "loc": [str(p) if not isinstance(p, int) else p for p in e.get("loc", ())],
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+        }
+        for e in exc.errors()
+    ]
+    if any(e["type"] == "json_invalid" for e in errors):
+        detail = (
+            "the request body is not valid JSON; send a JSON object "
+            "with Content-Type: application/json"
+        )
+    else:
+        shown = "; ".join(f"{_where(e['loc'])}: {e['msg']}" for e in errors[:10])
+        more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
+        detail = (
+            f"the request is invalid: {shown}{more}. Fix these fields and send it again; "
+            "unknown fields are refused, see /openapi.json"
+        )
+    return problem_response(422, "invalid_input", "Invalid input", detail, errors=errors)
+
+
+_HTTP_CODES = {
+    400: ("bad_request", "Bad request"),
+    404: ("not_found", "Not found"),
+    405: ("method_not_allowed", "Method not allowed"),
+    413: ("payload_too_large", "Request body too large"),
+    415: ("unsupported_media_type", "Unsupported media type"),
+}
+
+
+def http_response(exc: StarletteHTTPException) -> JSONResponse:
+    code, title = _HTTP_CODES.get(exc.status_code, ("http_error", "HTTP error"))
+    if exc.status_code == 404:
+        detail = "no such endpoint; /openapi.json lists every endpoint of the ledger API"
+    elif exc.status_code == 405:
+        detail = "this endpoint does not take that method; /openapi.json lists the methods"
+    else:
+        detail = str(exc.detail)
+    if exc.status_code == 400:
+        code, detail = "invalid_input", f"{detail}; send a JSON object"
+        return problem_response(422, code, "Invalid input", detail)
+    headers = dict(exc.headers) if exc.headers else None
+    return problem_response(exc.status_code, code, title, detail, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    """One handler per kind of error: ledger errors, validation errors, HTTP errors."""
+
+    async def on_ledger_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, WorkLedgerError)
+        return error_response(exc)
+
+    async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return validation_response(exc)
+
+    async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        return http_response(exc)
+
+    app.add_exception_handler(WorkLedgerError, on_ledger_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+
+
+def _problem_content(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
+
+
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: _problem_content("Missing, unknown or revoked token")
+}
+FORBIDDEN: dict[int | str, dict[str, Any]] = {
+    403: _problem_content("The token's role, or the unit's holder, forbids this")
+}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: _problem_content("Unknown unit, attempt or question")
+}
+CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: _problem_content("A ledger invariant refused it (names `invariant`)")
+}
+TOO_LARGE: dict[int | str, dict[str, Any]] = {413: _problem_content("Request body over 1 MiB")}
+INVALID: dict[int | str, dict[str, Any]] = {
+    422: _problem_content("Malformed input, or Idempotency-Key reused")
+}
+UNAVAILABLE: dict[int | str, dict[str, Any]] = {
+    503: _problem_content("The database cannot be reached")
+}
+
+READ_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **UNAUTHORIZED,
+    **FORBIDDEN,
+    **NOT_FOUND,
+    **INVALID,
+    **UNAVAILABLE,
+}
+WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **READ_RESPONSES,
+    **CONFLICT,
+    **TOO_LARGE,
+}

@@ -1,0 +1,1 @@
+"""One router per group of endpoints; app.py includes them."""

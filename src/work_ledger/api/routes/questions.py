@@ -1,0 +1,103 @@
+"""Blocking questions: list (optionally waiting for one), show (optionally waiting for the
+answer), cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from work_ledger.api import problems
+from work_ledger.api.deps import (
+    Caller,
+    IdempotentRoute,
+    Reader,
+    idempotency_header,
+    ledger,
+    require,
+    unit_logged,
+)
+from work_ledger.api.longpoll import Notifier
+from work_ledger.api.schemas import (
+    MAX_LIMIT,
+    MAX_WAIT_SECONDS,
+    CancelIn,
+    QuestionOut,
+    QuestionPage,
+)
+from work_ledger.auth import Role
+from work_ledger.domain import QuestionStatus
+from work_ledger.service import Ledger
+
+router = APIRouter(tags=["questions"], route_class=IdempotentRoute)
+LedgerDep = Annotated[Ledger, Depends(ledger)]
+Wait = Annotated[
+    int,
+    Query(ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds."),
+]
+
+
+@router.get("/questions", responses=problems.READ_RESPONSES)
+async def list_questions(
+    request: Request,
+    svc: LedgerDep,
+    _: Reader,
+    status: QuestionStatus | None = None,
+    assignee_group_slug: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    wait_seconds: Wait = 0,
+) -> QuestionPage:
+    """Questions oldest first; with `wait_seconds`, waits until at least one matches."""
+    notifier: Notifier = request.app.state.notifier
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_seconds
+    while True:
+        wake = notifier.questions_changed()
+        page = await svc.list_questions(
+            status=status, assignee_group_slug=assignee_group_slug, limit=limit, cursor=cursor
+        )
+        remaining = deadline - loop.time()
+        if page.items or remaining <= 0:
+            return QuestionPage.model_validate(
+                {"items": page.items, "next_cursor": page.next_cursor}, from_attributes=True
+            )
+        await notifier.wait(wake, remaining)
+
+
+@router.get("/questions/{question_id}", responses=problems.READ_RESPONSES)
+async def get_question(
+    request: Request, question_id: uuid.UUID, svc: LedgerDep, _: Reader, wait_seconds: Wait = 0
+) -> QuestionOut:
+    """One question; with `wait_seconds`, waits until it is answered or cancelled."""
+    notifier: Notifier = request.app.state.notifier
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_seconds
+    async with notifier.question(str(question_id)) as closed:
+        while True:
+            question = await svc.get_question(question_id)
+            remaining = deadline - loop.time()
+            if question.status is not QuestionStatus.OPEN or remaining <= 0:
+                unit_logged(request, question.unit_id)
+                return QuestionOut.model_validate(question)
+            await notifier.wait(closed, remaining)
+
+
+@router.post(
+    "/questions/{question_id}/cancel",
+    responses=problems.WRITE_RESPONSES,
+    dependencies=[Depends(idempotency_header)],
+)
+async def cancel_question(
+    request: Request,
+    question_id: uuid.UUID,
+    body: CancelIn,
+    svc: LedgerDep,
+    caller: Annotated[Caller, Depends(require(Role.AGENT, Role.TRIAGE))],
+) -> QuestionOut:
+    """Withdraw an open question (its holder, triage or an operator); the unit resumes."""
+    question = await svc.cancel_question(question_id, caller.actor(Role.TRIAGE), reason=body.reason)
+    unit_logged(request, question.unit_id)
+    return QuestionOut.model_validate(question)

@@ -1,0 +1,265 @@
+"""Units: register, claim (pull-next, long-poll, named), transition, block, unblock,
+dispose, list and show."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+
+from work_ledger.api import problems
+from work_ledger.api.deps import (
+    Caller,
+    IdempotentRoute,
+    Reader,
+    idempotency_header,
+    ledger,
+    refuse_role,
+    require,
+    unit_logged,
+)
+from work_ledger.api.longpoll import Notifier
+from work_ledger.api.schemas import (
+    MAX_LIMIT,
+    BlockIn,
+    ClaimIn,
+    ClaimOut,
+    DisposeIn,
+    DisposeOut,
+    LeaseIn,
+    RegisteredOut,
+    RegisterIn,
+    RegisterOut,
+    TransitionIn,
+    UnblockIn,
+    UnitAttemptOut,
+    UnitDetailOut,
+    UnitOut,
+    UnitPage,
+    UnitQuestionOut,
+)
+from work_ledger.auth import Role
+from work_ledger.domain import Claim, Disposition, NewUnit, Outcome, State
+from work_ledger.errors import InvalidInput
+from work_ledger.service import Ledger
+
+router = APIRouter(
+    tags=["units"],
+    route_class=IdempotentRoute,
+    responses=problems.WRITE_RESPONSES,
+)
+UnitRef = Annotated[
+    str,
+    Path(min_length=1, max_length=256, description="The unit's id (uuid) or its external_ref."),
+]
+LedgerDep = Annotated[Ledger, Depends(ledger)]
+Writes = [Depends(idempotency_header)]
+
+
+@router.post("/units", dependencies=Writes)
+async def register_units(
+    body: RegisterIn,
+    svc: LedgerDep,
+    caller: Annotated[Caller, Depends(require())],
+) -> RegisterOut:
+    """Register a batch of units (operator). Known external_refs are left as they are."""
+    units = [NewUnit(u.external_ref, u.fleet, u.domain, u.workflow_id) for u in body.units]
+    registered = await svc.register(units, caller.actor())
+    created = sum(1 for r in registered if r.created)
+    return RegisterOut(
+        created=created,
+        existing=len(registered) - created,
+        units=[RegisteredOut.model_validate(r) for r in registered],
+    )
+
+
+def _claim_out(request: Request, claim: Claim) -> ClaimOut:
+    if claim.unit is not None:
+        unit_logged(request, claim.unit.id)
+    return ClaimOut.model_validate(
+        {"unit": claim.unit, "attempt": claim.attempt, "resumed": claim.resumed},
+        from_attributes=True,
+    )
+
+
+@router.post("/units/claim", dependencies=Writes)
+async def claim_next(
+    request: Request,
+    body: ClaimIn,
+    svc: LedgerDep,
+    caller: Annotated[Caller, Depends(require(Role.AGENT))],
+) -> ClaimOut:
+    """Claim the oldest claimable unit, or get back the one you hold (`resumed`).
+
+    With `wait_seconds`, waits until a unit becomes claimable; `unit` is null when none
+    did in time. Use the returned `attempt.id` for heartbeats, cost and fencing."""
+    notifier: Notifier = request.app.state.notifier
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + body.wait_seconds
+    while True:
+        wake = notifier.claimable()  # taken before looking, so no wake-up is missed
+        claim = await svc.claim(caller.agent, domain=body.domain, lease_seconds=body.lease_seconds)
+        remaining = deadline - loop.time()
+        if claim.unit is not None or remaining <= 0:
+            return _claim_out(request, claim)
+        await notifier.wait(wake, remaining)
+
+
+@router.post("/units/{unit:path}/claim", dependencies=Writes)
+async def claim_named(
+    request: Request,
+    unit: UnitRef,
+    body: LeaseIn,
+    svc: LedgerDep,
+    caller: Annotated[Caller, Depends(require(Role.AGENT))],
+) -> UnitAttemptOut:
+    """Claim this unit; 409 naming the holder and lease expiry if it is held or closed."""
+    claim = await svc.claim_named(unit, caller.agent, lease_seconds=body.lease_seconds)
+    out = _claim_out(request, claim)
+    return UnitAttemptOut.model_validate({"unit": out.unit, "attempt": out.attempt})
+
+
+@router.post("/units/{unit:path}/transition", dependencies=Writes)
+async def transition(
+    request: Request,
+    unit: UnitRef,
+    body: TransitionIn,
+    svc: LedgerDep,
+    caller: Annotated[Caller, Depends(require(Role.AGENT, Role.HARNESS))],
+) -> UnitAttemptOut:
+    """Start (`to: in_progress`), verify (`to: verified` with `evidence_url`) or release
+    (`to: ready`, `outcome` failed or abandoned) a unit you hold."""
+    if body.to != "verified":
+        refuse_role(caller, Role.HARNESS, f"move a unit to {body.to}; a harness only verifies")
+    if body.to == "verified":
+        if body.evidence_url is None:
+            raise InvalidInput(
+                "to verify a unit, send evidence_url: an http(s) link to the passing run",
+                invariant="unit_evidence_is_link",
+            )
+        if body.outcome is not None:
+            raise InvalidInput("outcome applies to a release (to: ready) only; drop it")
+        result = await svc.verify(
+            unit,
+            caller.actor(Role.HARNESS),
+            body.evidence_url,
+            attempt_id=body.attempt_id,
+            reason=body.reason,
+        )
+    elif body.to == "in_progress":
+        if body.evidence_url is not None or body.outcome is not None:
+            raise InvalidInput("start takes no evidence_url or outcome; drop them")
+        result = await svc.start(unit, caller.actor(), attempt_id=body.attempt_id)
+    else:
+        if body.evidence_url is not None:
+            raise InvalidInput("a release takes no evidence_url; drop it")
+        result = await svc.release(
+            unit,
+            caller.actor(),
+            outcome=Outcome(body.outcome or "abandoned"),
+            reason=body.reason,
+            attempt_id=body.attempt_id,
+        )
+    unit_logged(request, result[0].id)
+    return UnitAttemptOut.model_validate(
+        {"unit": result[0], "attempt": result[1]}, from_attributes=True
+    )
+
+
+@router.post("/units/{unit:path}/block", status_code=201, dependencies=Writes)
+async def block(
+    request: Request,
+    unit: UnitRef,
+    body: BlockIn,
+    svc: LedgerDep,
+    caller: Annotated[Caller, Depends(require(Role.AGENT, Role.HARNESS))],
+) -> UnitQuestionOut:
+    """Block an in_progress unit on a question; its lease pauses until the answer."""
+    found, question = await svc.block(
+        unit,
+        caller.actor(Role.HARNESS),
+        body.question,
+        assignee_group_slug=body.assignee_group_slug,
+        attempt_id=body.attempt_id,
+    )
+    unit_logged(request, found.id)
+    return UnitQuestionOut.model_validate(
+        {"unit": found, "question": question}, from_attributes=True
+    )
+
+
+@router.post("/units/{unit:path}/unblock", dependencies=Writes)
+async def unblock(
+    request: Request,
+    unit: UnitRef,
+    body: UnblockIn,
+    svc: LedgerDep,
+    caller: Annotated[Caller, Depends(require(Role.TRIAGE))],
+) -> UnitQuestionOut:
+    """Answer a blocked unit's open question; the unit resumes in_progress for its holder."""
+    found, question = await svc.unblock(
+        unit, body.answer, caller.actor(Role.TRIAGE), question_id=body.question_id
+    )
+    unit_logged(request, found.id)
+    return UnitQuestionOut.model_validate(
+        {"unit": found, "question": question}, from_attributes=True
+    )
+
+
+@router.post("/units/{unit:path}/dispose", dependencies=Writes)
+async def dispose(
+    request: Request,
+    unit: UnitRef,
+    body: DisposeIn,
+    svc: LedgerDep,
+    caller: Annotated[Caller, Depends(require(Role.AGENT))],
+) -> DisposeOut:
+    """Close a unit for good: MIGRATED (from verified), DROPPED, DEFERRED or DEAD."""
+    found = await svc.dispose(
+        unit,
+        body.disposition,
+        caller.actor(),
+        evidence_url=body.evidence_url,
+        reason=body.reason,
+        attempt_id=body.attempt_id,
+    )
+    unit_logged(request, found.id)
+    return DisposeOut.model_validate({"unit": found}, from_attributes=True)
+
+
+@router.get("/units", responses=problems.READ_RESPONSES)
+async def list_units(
+    svc: LedgerDep,
+    _: Reader,
+    state: State | None = None,
+    domain: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+    fleet: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+    disposition: Disposition | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> UnitPage:
+    """Units oldest first, filtered; pass `next_cursor` back as `cursor` for the next page."""
+    page = await svc.list_units(
+        state=state,
+        domain=domain,
+        fleet=fleet,
+        disposition=disposition,
+        limit=limit,
+        cursor=cursor,
+    )
+    return UnitPage.model_validate(
+        {"items": page.items, "next_cursor": page.next_cursor}, from_attributes=True
+    )
+
+
+@router.get("/units/{unit:path}", responses=problems.READ_RESPONSES)
+async def get_unit(request: Request, unit: UnitRef, svc: LedgerDep, _: Reader) -> UnitDetailOut:
+    """One unit with its attempts and questions."""
+    detail = await svc.get_unit(unit)
+    unit_logged(request, detail.unit.id)
+    data = UnitOut.model_validate(detail.unit).model_dump()
+    return UnitDetailOut.model_validate(
+        {**data, "attempts": detail.attempts, "questions": detail.questions},
+        from_attributes=True,
+    )

@@ -1,0 +1,225 @@
+"""Wire models: what the API accepts (unknown fields refused, DESIGN §6 bounds) and returns."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import Strict as StrictMark
+
+from work_ledger.domain import Disposition, Outcome, QuestionStatus, State
+
+MAX_LEASE_SECONDS = 86400
+MAX_WAIT_SECONDS = 60
+MAX_LIMIT = 500
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+ExternalRef = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+Text8000 = Annotated[str, StringConstraints(min_length=1, max_length=8000)]
+Reason = Annotated[str, StringConstraints(max_length=2000)]
+EvidenceUrl = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=2048),
+    Field(description="An http(s) link to where the evidence lives, never the evidence itself."),
+]
+Slug = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+LeaseSeconds = Annotated[
+    int,
+    StrictMark(),
+    Field(ge=1, le=MAX_LEASE_SECONDS, description="Lease length; default WL_LEASE_SECONDS."),
+]
+WaitSeconds = Annotated[
+    int,
+    StrictMark(),
+    Field(ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: wait up to this many seconds."),
+]
+AttemptId = Annotated[
+    uuid.UUID | None,
+    Field(description="Fencing: the attempt you believe is live; a superseded one is refused."),
+]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NewUnitIn(Body):
+    external_ref: ExternalRef
+    fleet: Name
+    domain: Name | None = None
+    workflow_id: Name | None = None
+
+
+class RegisterIn(Body):
+    units: list[NewUnitIn] = Field(min_length=1, max_length=1000)
+
+
+class ClaimIn(Body):
+    domain: Name | None = None
+    lease_seconds: LeaseSeconds | None = None
+    wait_seconds: WaitSeconds = 0
+
+
+class LeaseIn(Body):
+    lease_seconds: LeaseSeconds | None = None
+
+
+class TransitionIn(Body):
+    to: Literal["in_progress", "verified", "ready"]
+    evidence_url: EvidenceUrl | None = None
+    reason: Reason | None = None
+    outcome: Literal["failed", "abandoned"] | None = Field(
+        None, description="How a release (to=ready) ends the attempt; default abandoned."
+    )
+    attempt_id: AttemptId = None
+
+
+class BlockIn(Body):
+    question: Text8000
+    assignee_group_slug: Slug = "agent-questions"
+    attempt_id: AttemptId = None
+
+
+class UnblockIn(Body):
+    answer: Text8000
+    question_id: uuid.UUID | None = None
+
+
+class CostIn(Body):
+    cost_cents: Annotated[int, StrictMark(), Field(gt=0, le=10**12)]
+
+
+class DisposeIn(Body):
+    disposition: Disposition
+    evidence_url: EvidenceUrl | None = None
+    reason: Reason | None = None
+    attempt_id: AttemptId = None
+
+
+class CancelIn(Body):
+    reason: Reason | None = None
+
+
+# -- responses ----------------------------------------------------------------------------
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class UnitOut(Out):
+    id: uuid.UUID
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    external_ref: str
+    fleet: str
+    domain: str
+    state: State
+    disposition: Disposition | None
+    disposed_at: dt.datetime | None
+    workflow_id: str | None
+    claimed_by: str | None
+    lease_expires_at: dt.datetime | None
+    last_heartbeat_at: dt.datetime | None
+    attempt_count: int
+    cost_cents: int
+    evidence_urls: list[str]
+
+
+class AttemptOut(Out):
+    id: uuid.UUID
+    unit_id: uuid.UUID
+    attempt_no: int
+    agent_id: str
+    started_at: dt.datetime
+    outcome: Outcome | None
+    cost_cents: int
+    evidence_url: str | None
+    ended_at: dt.datetime | None
+
+
+class QuestionOut(Out):
+    id: uuid.UUID
+    unit_id: uuid.UUID
+    attempt_id: uuid.UUID | None
+    question: str
+    status: QuestionStatus
+    answer: str | None
+    assignee_group_slug: str
+    external_task_id: str | None
+    asked_by: str | None
+    answered_by: str | None
+    created_at: dt.datetime
+    closed_at: dt.datetime | None
+
+
+class EventOut(Out):
+    id: int
+    unit_id: uuid.UUID
+    attempt_id: uuid.UUID | None
+    event_type: str
+    from_state: State | None
+    to_state: State | None
+    agent_id: str | None
+    cost_delta_cents: int
+    detail: dict[str, Any]
+    source_event_id: str | None
+    created_at: dt.datetime
+
+
+class UnitDetailOut(UnitOut):
+    attempts: list[AttemptOut]
+    questions: list[QuestionOut]
+
+
+class RegisteredOut(Out):
+    id: uuid.UUID
+    external_ref: str
+    created: bool
+
+
+class RegisterOut(BaseModel):
+    created: int
+    existing: int
+    units: list[RegisteredOut]
+
+
+class ClaimOut(BaseModel):
+    unit: UnitOut | None
+    attempt: AttemptOut | None
+    resumed: bool
+
+
+class UnitAttemptOut(BaseModel):
+    unit: UnitOut
+    attempt: AttemptOut
+
+
+class UnitQuestionOut(BaseModel):
+    unit: UnitOut
+    question: QuestionOut
+
+
+class DisposeOut(BaseModel):
+    unit: UnitOut
+
+
+class UnitPage(BaseModel):
+    items: list[UnitOut]
+    next_cursor: str | None
+
+
+class EventPage(BaseModel):
+    items: list[EventOut]
+    next_cursor: str | None
+
+
+class QuestionPage(BaseModel):
+    items: list[QuestionOut]
+    next_cursor: str | None
+
+
+class Health(BaseModel):
+    status: Literal["ok"]

@@ -1,0 +1,167 @@
+"""API tokens: mint, hash, verify, list and revoke (DESIGN §7).
+
+A token reads `wl_<prefix>_<secret>`. The database keeps only HMAC-SHA256(server secret,
+token), keyed by the public prefix; verification recomputes the HMAC and compares it in
+constant time. The server secret is `WL_SECRET`, or a random one kept in `WL_HOME/secret`
+(mode 0600, created on first use); every replica must share it.
+
+Verified tokens are cached in-process for `CACHE_SECONDS`, so the hot path costs one HMAC
+and no database round trip; a revocation therefore takes effect within that many seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+import asyncpg
+
+from work_ledger.db.store import Store
+from work_ledger.errors import InvalidInput, Unauthorized
+
+CACHE_SECONDS = 5.0
+_TOKEN = re.compile(r"^wl_([0-9a-f]{8})_([A-Za-z0-9_-]{16,128})$")
+PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+OPERATOR_TOKEN_FILE = "operator.token"
+SECRET_FILE = "secret"
+
+
+class Role(StrEnum):
+    AGENT = "agent"
+    HARNESS = "harness"
+    TRIAGE = "triage"
+    OPERATOR = "operator"
+    PROJECTOR = "projector"
+    READER = "reader"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a verified token speaks for."""
+
+    prefix: str
+    role: Role
+    principal: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    prefix: str
+    role: Role
+    principal: str
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None
+
+    @classmethod
+    def from_record(cls, row: asyncpg.Record) -> TokenInfo:
+        return cls(
+            row["prefix"], Role(row["role"]), row["principal"], row["created_at"], row["revoked_at"]
+        )
+
+
+def load_secret(secret: str | None, home: Path) -> bytes:
+    """The server secret: `WL_SECRET`, else WL_HOME/secret (created 0600 when missing)."""
+    if secret:
+        return secret.encode()
+    path = home / SECRET_FILE
+    home.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32))
+    for _ in range(50):  # another process may be writing it right now
+        value = path.read_text().strip()
+        if value:
+            return value.encode()
+        time.sleep(0.01)
+    raise RuntimeError(f"{path} is empty; delete it or set WL_SECRET")
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to a file readable by its owner only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text + "\n")
+
+
+class TokenStore:
+    """Tokens in the database, verified against an HMAC with a short in-process cache."""
+
+    def __init__(self, store: Store, secret: bytes, *, cache_seconds: float = CACHE_SECONDS):
+        self.store = store
+        self._secret = secret
+        self._cache_seconds = cache_seconds
+        self._cache: dict[bytes, tuple[Principal, float]] = {}
+
+    def digest(self, token: str) -> bytes:
+        return hmac.new(self._secret, token.encode(), hashlib.sha256).digest()
+
+    async def create(self, role: Role | str, principal: str) -> tuple[str, TokenInfo]:
+        """Mint a token; the plain token is returned here and never again."""
+        try:
+            role = Role(role)
+        except ValueError:
+            raise InvalidInput(
+                f"role {role!r} is not one of {', '.join(r.value for r in Role)}"
+            ) from None
+        if not PRINCIPAL.match(principal):
+            raise InvalidInput(
+                f"principal {principal!r} must be 1..128 of letters, digits and . _ : @ -, "
+                "starting with a letter or digit (no '/': sub-agents are named per request)"
+            )
+        prefix = secrets.token_hex(4)
+        token = f"wl_{prefix}_{secrets.token_urlsafe(32)}"
+        row = await self.store.fetchrow(
+            "insert_token", prefix, self.digest(token), role.value, principal
+        )
+        assert row is not None
+        return token, TokenInfo.from_record(row)
+
+    async def list(self) -> list[TokenInfo]:
+        return [TokenInfo.from_record(r) for r in await self.store.fetch("list_tokens")]
+
+    async def revoke(self, prefix: str) -> TokenInfo | None:
+        row = await self.store.fetchrow("revoke_token", prefix)
+        self._cache.clear()
+        return None if row is None else TokenInfo.from_record(row)
+
+    async def count_live(self) -> int:
+        row = await self.store.fetchrow("count_live_tokens")
+        return 0 if row is None else int(row["live"])
+
+    async def verify(self, token: str) -> Principal:
+        """The principal of a live token, or Unauthorized."""
+        match = _TOKEN.match(token)
+        if match is None:
+            raise Unauthorized(
+                "the bearer token is not a work-ledger token (wl_<prefix>_<secret>); "
+                "send `Authorization: Bearer <token>` with a token from `work-ledger token create`"
+            )
+        digest = self.digest(token)
+        now = time.monotonic()
+        cached = self._cache.get(digest)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        row = await self.store.fetchrow("token_by_prefix", match[1])
+        if row is None or not hmac.compare_digest(bytes(row["token_hash"]), digest):
+            raise Unauthorized(
+                "unknown token; ask an operator for one (`work-ledger token create`)"
+            )
+        if row["revoked_at"] is not None:
+            raise Unauthorized(f"token wl_{match[1]}_… was revoked; ask an operator for a new one")
+        found = Principal(row["prefix"], Role(row["role"]), row["principal"])
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[digest] = (found, now + self._cache_seconds)
+        return found

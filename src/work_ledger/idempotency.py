@@ -1,0 +1,113 @@
+"""Idempotency records in the database, so that every replica agrees (DESIGN §6).
+
+A write that carries `Idempotency-Key` first reserves (caller, key) with one
+`INSERT ... ON CONFLICT` statement: exactly one of any number of concurrent duplicates
+wins the reservation and runs; the others wait for its outcome. The outcome (status,
+content type, body) is stored with a hash of the request, so a replay returns it unchanged
+and a different request under the same key is refused. A reservation whose process died
+before finishing is taken over after `TAKEOVER_SECONDS`; records expire after a day.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import dataclass
+
+import asyncpg
+
+from work_ledger.db.store import Store
+from work_ledger.errors import IdempotencyKeyReused, InvalidInput, InvariantViolation
+
+TAKEOVER_SECONDS = 120
+EXPIRE_SECONDS = 86400
+IN_FLIGHT_WAIT_SECONDS = 75.0
+MAX_KEY_LENGTH = 255
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: int
+    content_type: str
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Either this request owns the key (`outcome` None) or here is the stored outcome."""
+
+    owned: bool
+    outcome: Outcome | None
+
+
+def check_key(key: str) -> str:
+    if not 1 <= len(key) <= MAX_KEY_LENGTH or not key.isascii() or not key.isprintable():
+        raise InvalidInput(
+            f"Idempotency-Key must be 1..{MAX_KEY_LENGTH} printable ASCII characters "
+            "(a UUID works well); send a new one per distinct write and reuse it only to retry"
+        )
+    return key
+
+
+def request_hash(method: str, path: str, query: str, body: bytes) -> bytes:
+    """A hash of the request; JSON bodies are canonicalised (key order, whitespace)."""
+    try:
+        canonical = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
+    except ValueError:
+        canonical = body
+    digest = hashlib.sha256()
+    for part in (method.encode(), path.encode(), query.encode(), canonical):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.digest()
+
+
+class IdempotencyStore:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def reserve(self, scope: str, key: str, digest: bytes) -> Reservation:
+        """Own the key, or get the outcome stored under it (waiting while it is in flight)."""
+        row = await self.store.fetchrow("idempotency_reserve", scope, key, digest, TAKEOVER_SECONDS)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + IN_FLIGHT_WAIT_SECONDS
+        while True:
+            if row is not None:
+                if row["reserved"]:
+                    return Reservation(True, None)
+                if bytes(row["request_hash"]) != digest:
+                    raise IdempotencyKeyReused(
+                        f"Idempotency-Key {key!r} was already used by you for a different "
+                        "request; use a new key for a new write, and the same key only to "
+                        "retry the very same request"
+                    )
+                if row["status_code"] is not None:
+                    return Reservation(False, _outcome(row))
+            if loop.time() > deadline:
+                raise InvariantViolation(
+                    f"a request with Idempotency-Key {key!r} is still running; retry the same "
+                    "request with the same key in a few seconds",
+                    invariant="idempotency_key_in_flight",
+                )
+            await asyncio.sleep(0.05)
+            row = await self.store.fetchrow("idempotency_lookup", scope, key)
+            if row is None:  # the first request failed and released the key: take it
+                row = await self.store.fetchrow(
+                    "idempotency_reserve", scope, key, digest, TAKEOVER_SECONDS
+                )
+
+    async def complete(self, scope: str, key: str, outcome: Outcome) -> None:
+        await self.store.fetchrow(
+            "idempotency_complete", scope, key, outcome.status, outcome.content_type, outcome.body
+        )
+
+    async def release(self, scope: str, key: str) -> None:
+        await self.store.fetchrow("idempotency_release", scope, key)
+
+    async def expire(self, older_than_seconds: int = EXPIRE_SECONDS) -> None:
+        await self.store.fetchrow("idempotency_expire", older_than_seconds)
+
+
+def _outcome(row: asyncpg.Record) -> Outcome:
+    return Outcome(row["status_code"], row["content_type"], bytes(row["body"]))
