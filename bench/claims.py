@@ -9,6 +9,7 @@ the concurrency), so the configurations differ only in what they run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import itertools
 import time
@@ -42,6 +43,7 @@ class Config:
     backlog: int  # ready items seeded before each window (doubled if a window runs dry)
     seed: Callable[[asyncpg.Connection, int], Awaitable[None]]
     workers: Workers
+    db_setup: str = ""  # SQL run after seeding, before the workers connect (diagnostics)
 
 
 async def seed_bare(conn: asyncpg.Connection, n: int) -> None:
@@ -311,5 +313,53 @@ CONFIGS = [
         15_000,
         seed_pgqueuer,
         pgqueuer_dequeue_complete,
+    ),
+]
+
+
+def _variant(base: str, name: str, note: str, db_setup: str) -> Config:
+    config = next(c for c in CONFIGS if c.name == base)
+    return dataclasses.replace(config, name=name, loop=f"{config.loop}; {note}", db_setup=db_setup)
+
+
+# Applies to the workers' connections, which open after this runs.
+CUSTOM_PLANS = """
+DO $$ BEGIN
+    EXECUTE format('ALTER DATABASE %I SET plan_cache_mode = force_custom_plan', current_database());
+END $$;
+"""
+NO_SUM_TRIGGERS = """
+ALTER TABLE work_units DISABLE TRIGGER unit_sums_on_unit;
+ALTER TABLE work_unit_attempts DISABLE TRIGGER unit_sums_on_attempt_insert;
+ALTER TABLE work_unit_attempts DISABLE TRIGGER unit_sums_on_attempt_cost;
+"""
+NO_GUARD_TRIGGER = "ALTER TABLE work_units DISABLE TRIGGER unit_state_transition_allowed;"
+
+# Throwaway-database variants that locate the cost of the ledger's claim.
+DIAGNOSTICS = [
+    _variant(
+        "ledger_sql_claim",
+        "ledger_sql_claim_custom_plans",
+        "plan_cache_mode = force_custom_plan (never the cached generic plan)",
+        CUSTOM_PLANS,
+    ),
+    _variant(
+        "service_claim",
+        "service_claim_custom_plans",
+        "plan_cache_mode = force_custom_plan",
+        CUSTOM_PLANS,
+    ),
+    _variant(
+        "raw_ledger_claim",
+        "raw_ledger_claim_no_sum_triggers",
+        "the three deferred unit_sums_* constraint triggers disabled",
+        NO_SUM_TRIGGERS,
+    ),
+    _variant(
+        "raw_ledger_claim",
+        "raw_ledger_claim_no_user_triggers",
+        "the deferred sum triggers and the unit_state_transition_allowed guard disabled "
+        "(foreign keys still checked)",
+        NO_SUM_TRIGGERS + NO_GUARD_TRIGGER,
     ),
 ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import diagnose
+
 
 def _n(x: Any, digits: int = 0) -> str:
     if x is None:
@@ -64,7 +66,13 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
             "",
             *claims_table(result["claims"]),
         ]
-    for section in ("diagnostics", "scale", "http", "longpoll", "soak"):
+    if "diagnostics" in result:
+        diag = result["diagnostics"]
+        lines += ["", "## Diagnostics: where the ledger's claim cost goes", ""]
+        lines += claims_table(diag)
+        if "plans" in diag:
+            lines += ["", *diagnose.markdown(diag["plans"])]
+    for section in ("scale", "http", "longpoll", "soak"):
         if section in result and "markdown" in result[section]:
             lines += ["", *result[section]["markdown"]]
     return "\n".join(lines) + "\n"

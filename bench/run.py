@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import asyncpg
 import claims
+import diagnose
 import goals
 import psutil
 import report
@@ -104,6 +105,8 @@ async def one_window(
             seed = await asyncpg.connect(url)
             try:
                 await config.seed(seed, backlog)
+                if config.db_setup:
+                    await seed.execute(config.db_setup)
             finally:
                 await seed.close()
             async with config.workers(url, c) as operations:
@@ -118,14 +121,17 @@ async def one_window(
     return summary
 
 
-async def run_claims(server: Server, args: argparse.Namespace) -> dict[str, Any]:
-    wanted = {x for x in args.configs.split(",") if x}
-    configs = [c for c in claims.CONFIGS if not wanted or c.name in wanted]
+async def run_claims(
+    server: Server,
+    args: argparse.Namespace,
+    configs: list[claims.Config],
+    levels: list[int],
+) -> dict[str, Any]:
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {c.name: {} for c in configs}
     # Repetition outermost, configurations innermost: a burst of load from elsewhere on the
     # machine hits every configuration of a repetition alike, so the ratios hold.
     for rep in range(args.reps):
-        for c in args.levels:
+        for c in levels:
             for config in configs:
                 t0 = time.perf_counter()
                 s = await one_window(server, config, c, args)
@@ -182,8 +188,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "load_average_start": load_average(),
     }
     print(f"PostgreSQL {result['postgres'].get('server_version')}; {result['machine']}", flush=True)
+    wanted = {x for x in args.configs.split(",") if x}
     if "claims" in args.section_set:
-        result["claims"] = await run_claims(server, args)
+        configs = [c for c in claims.CONFIGS if not wanted or c.name in wanted]
+        result["claims"] = await run_claims(server, args, configs, args.levels)
+    if "diagnostics" in args.section_set:
+        levels = [c for c in args.levels if c <= 64][:2] or args.levels[:1]
+        configs = [c for c in claims.DIAGNOSTICS if not wanted or c.name in wanted]
+        result["diagnostics"] = await run_claims(server, args, configs, levels)
+        result["diagnostics"]["plans"] = await diagnose.claim_plans(server, TEMPLATES["ledger"])
     result["load_average_end"] = load_average()
     result["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     result["goals"] = goals.evaluate(result, args.levels)
