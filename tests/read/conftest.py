@@ -13,10 +13,15 @@ stale reclaim, a release, a block and its answer, costs, and one stalled unit.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit, urlunsplit
+
 import asyncpg
 import pytest
 
 from work_ledger.domain import Actor, Disposition, NewUnit, Outcome
+from work_ledger.readside import grant_reader
 from work_ledger.service import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
@@ -104,3 +109,28 @@ async def seeded(ledger: Ledger, raw: asyncpg.Connection) -> Ledger:
     """The ledger of this module's docstring, audited clean."""
     await seed_ledger(ledger, raw)
     return ledger
+
+
+def as_role(url: str, role: str, password: str) -> str:
+    """The same database URL, logging in as `role`."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{role}:{password}@{host}"))
+
+
+@pytest.fixture
+async def reader_url(database_url: str, raw: asyncpg.Connection) -> AsyncIterator[str]:
+    """A URL of this test's database as a fresh role made by grant-reader."""
+    role = f"wl_reader_{uuid.uuid4().hex[:10]}"
+    await grant_reader(raw, role, "reader-secret")
+    yield as_role(database_url, role, "reader-secret")
+    await raw.execute(f'DROP OWNED BY "{role}"')
+    await raw.execute(f'DROP ROLE "{role}"')
+
+
+@pytest.fixture
+async def reader(reader_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection as the read-only role."""
+    conn = await asyncpg.connect(reader_url)
+    yield conn
+    await conn.close()
