@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
+from fastapi import FastAPI
+
+from work_ledger.auth import Role, TokenStore
 from work_ledger.domain import Actor, NewUnit
 from work_ledger.projection import WorkflowEvent
 from work_ledger.service import Ledger
@@ -56,3 +59,10 @@ class Stream:
             else:
                 self._add(kind)
         return self
+
+
+async def token(app: FastAPI, role: Role, principal: str) -> str:
+    """Mint a token of `role` on the running app."""
+    tokens: TokenStore = app.state.tokens
+    minted, _ = await tokens.create(role, principal)
+    return minted

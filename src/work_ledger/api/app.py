@@ -19,7 +19,7 @@ from fastapi.openapi.utils import get_openapi
 from work_ledger.api import problems
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.middleware import EdgeMiddleware
-from work_ledger.api.routes import attempts, events, health, questions, units
+from work_ledger.api.routes import attempts, events, health, projection, questions, units
 from work_ledger.auth import OPERATOR_TOKEN_FILE, Role, TokenStore, load_secret, write_private
 from work_ledger.config import Settings
 from work_ledger.db.connect import resolve_database_url
@@ -112,6 +112,7 @@ def create_app(
     app.include_router(units.router)
     app.include_router(attempts.router)
     app.include_router(questions.router)
+    app.include_router(projection.router)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -1,0 +1,79 @@
+"""Projection ingest: Temporal workflow events, each applied to its unit exactly once."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends
+from pydantic import AwareDatetime, BaseModel, Field, StringConstraints
+from pydantic import Strict as StrictMark
+
+from work_ledger.api import problems
+from work_ledger.api.deps import Caller, IdempotentRoute, idempotency_header, ledger, require
+from work_ledger.api.schemas import Body
+from work_ledger.auth import Role
+from work_ledger.projection import MAX_ID, Projector, WorkflowEvent
+from work_ledger.service import MAX_BATCH, Ledger
+
+router = APIRouter(
+    tags=["projection"],
+    route_class=IdempotentRoute,
+    responses=problems.WRITE_RESPONSES,
+    dependencies=[Depends(idempotency_header)],
+)
+LedgerDep = Annotated[Ledger, Depends(ledger)]
+ProjectorRole = Annotated[Caller, Depends(require(Role.PROJECTOR))]
+Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID)]
+
+
+class WorkflowEventIn(Body):
+    source_event_id: Id | None = Field(
+        None,
+        description="The exactly-once key. Omit it to have the ledger build "
+        "temporal/<namespace>/<workflow_id>/<run_id>/<event_id>.",
+    )
+    namespace: Id | None = Field(None, description="Temporal namespace (default `default`).")
+    workflow_id: Id = Field(description="Matches work_units.workflow_id.")
+    run_id: Id | None = None
+    event_id: Annotated[int, StrictMark(), Field(ge=1)] | None = Field(
+        None, description="The history event id (restarts at 1 in every run)."
+    )
+    type: Literal[
+        "started", "progressed", "completed", "failed", "cancelled", "terminated", "timed_out"
+    ]
+    occurred_at: AwareDatetime
+    detail: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Free JSON kept with the event; `evidence_url` is required for completed.",
+    )
+
+
+class ProjectionIn(Body):
+    events: list[WorkflowEventIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class EventResultOut(BaseModel):
+    source_event_id: str
+    outcome: Literal["applied", "duplicate", "refused", "stale", "unmatched"]
+    unit_id: str | None
+    from_state: str | None
+    to_state: str | None
+    invariant: str | None = Field(description="The rule that refused the event.")
+    reason: str | None
+
+
+class ProjectionOut(BaseModel):
+    applied: int = Field(description="Newly recorded and applied to their unit.")
+    duplicates: int = Field(description="Already recorded: changed nothing.")
+    refused: int = Field(description="Recorded, but the state machine refused them.")
+    stale: int = Field(description="Recorded, older than an event already projected.")
+    unmatched: int = Field(description="No unit has their workflow_id: not recorded.")
+    results: list[EventResultOut]
+
+
+@router.post("/projection/events")
+async def project_events(body: ProjectionIn, svc: LedgerDep, _: ProjectorRole) -> ProjectionOut:
+    """Record workflow events and apply each new one to its unit (see the README's mapping)."""
+    events = [WorkflowEvent(**e.model_dump()) for e in body.events]
+    report = await Projector(svc).project(events)
+    return ProjectionOut.model_validate(report.as_json())
