@@ -1,0 +1,155 @@
+"""`work-ledger run -- CMD...`: claim a unit, run CMD on it while heartbeating, settle by exit.
+
+CMD sees the unit in its environment:
+
+    WL_UNIT_ID      the unit's id            WL_UNIT_REF     its external_ref
+    WL_ATTEMPT_ID   the live attempt's id    WL_RESULT_FILE  where CMD may write its result
+    WL_URL, WL_TOKEN                          so CMD can call the other verbs itself
+
+CMD may write WL_RESULT_FILE as JSON: {"cost_cents": 123, "evidence_url": "https://..."}.
+When CMD ends, the cost (if any) is recorded; then exit status 0 verifies the unit with the
+evidence link (or leaves it in_progress when there is none) and a non-zero status releases
+it with outcome `failed`. SIGINT and SIGTERM are forwarded to CMD. If the claim is lost
+meanwhile (another agent reclaimed the unit), CMD gets SIGTERM and `run` exits 4. If `run`
+itself dies, its heartbeats stop and the lease simply lapses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import typer
+
+from work_ledger.cli.agent import (
+    EXIT_REFUSED,
+    client_settings,
+    handled,
+    make_client,
+)
+from work_ledger.cli.app import app, err_console
+from work_ledger.client import Work
+from work_ledger.errors import WorkLedgerError
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM)
+
+
+def read_result(path: Path) -> tuple[int | None, str | None]:
+    """(cost_cents, evidence_url) from CMD's result file; a bad file is reported, not fatal."""
+    if not path.is_file():
+        return None, None
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except ValueError as exc:
+        err_console.print(f"WL_RESULT_FILE is not JSON ({exc}); ignoring it", highlight=False)
+        return None, None
+    if not isinstance(data, dict):
+        err_console.print("WL_RESULT_FILE must hold a JSON object; ignoring it")
+        return None, None
+    cost, evidence = data.get("cost_cents"), data.get("evidence_url")
+    if cost is not None and (not isinstance(cost, int) or isinstance(cost, bool) or cost < 0):
+        err_console.print(f"cost_cents must be a whole number of cents, not {cost!r}; ignored")
+        cost = None
+    if evidence is not None and not isinstance(evidence, str):
+        err_console.print("evidence_url must be a string link; ignored")
+        evidence = None
+    return cost or None, evidence or None
+
+
+def _environment(work: Work, result_file: Path) -> dict[str, str]:
+    url, token = client_settings()
+    env = dict(os.environ)
+    env.update(
+        WL_UNIT_ID=work.unit.id,
+        WL_UNIT_REF=work.unit.external_ref,
+        WL_ATTEMPT_ID=work.attempt.id,
+        WL_RESULT_FILE=str(result_file),
+        WL_URL=url,
+    )
+    if token:
+        env["WL_TOKEN"] = token
+    return env
+
+
+def _run_command(command: list[str], env: dict[str, str], work: Work) -> int:
+    """Run CMD to its end, forwarding signals; a lost claim terminates it."""
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        err_console.print(f"cannot start {command[0]!r}: {exc}", highlight=False)
+        return 127
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    def lost(exc: WorkLedgerError) -> None:
+        err_console.print(f"[red]{exc.code}[/red]: {exc.detail}", highlight=False)
+        if child.poll() is None:
+            child.terminate()
+
+    work.on_lost = lost
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, forward) for s in FORWARDED} if on_main else {}
+    try:
+        return child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _settle(work: Work, status: int, cost: int | None, evidence: str | None) -> str:
+    if cost:
+        work.cost(cost)
+    if status != 0:
+        why = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        work.release(outcome="failed", reason=f"command {why}")
+        return f"released {work.unit.external_ref} (attempt failed: command {why})"
+    if evidence:
+        work.verify(evidence)
+        return f"verified {work.unit.external_ref} with {evidence}"
+    return (
+        f"left {work.unit.external_ref} in_progress: the command wrote no evidence_url to "
+        "WL_RESULT_FILE; verify it with `work-ledger verify` before its lease lapses"
+    )
+
+
+CommandArg = typer.Argument(..., metavar="-- CMD...", help="The command to run.")
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def run(
+    command: list[str] = CommandArg,
+    domain: str | None = typer.Option(None, help="Claim the next unit of this domain."),
+    unit: str | None = typer.Option(None, "--unit", help="Claim this unit (id or external_ref)."),
+    lease: int | None = typer.Option(None, help="Lease in seconds (default WL_LEASE_SECONDS)."),
+    wait: int | None = typer.Option(None, help="Wait up to this many seconds for a unit."),
+) -> None:
+    """Claim a unit, run CMD on it while heartbeating, and settle it by CMD's exit status."""
+    with handled(False), make_client() as client:
+        work = client.claim(domain=domain, unit=unit, lease_seconds=lease, wait_seconds=wait)
+        err_console.print(
+            f"claimed {work.unit.external_ref} (attempt {work.attempt.attempt_no})",
+            highlight=False,
+        )
+        with tempfile.TemporaryDirectory(prefix="wl-run-") as scratch:
+            result_file = Path(scratch) / "result.json"
+            work.start_heartbeat()
+            try:
+                status = _run_command(command, _environment(work, result_file), work)
+            finally:
+                work.stop_heartbeat()
+            cost, evidence = read_result(result_file)
+        if work.lost is not None:
+            if cost:
+                work.cost(cost)  # spent money is recorded even on a lost attempt
+            raise typer.Exit(EXIT_REFUSED)
+        err_console.print(_settle(work, status, cost, evidence), highlight=False)
+    raise typer.Exit(128 - status if status < 0 else status)

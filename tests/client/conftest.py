@@ -1,0 +1,43 @@
+"""Fixtures: a real server per test (its own database), and SDK clients with minted tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from wl_server import LedgerServer, settings_for, start
+
+from work_ledger.client import Client
+
+
+@pytest.fixture
+def ledger_server(database_url: str, tmp_path: Path) -> Iterator[LedgerServer]:
+    running = start(settings_for(database_url, tmp_path / "home"))
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def make_client(ledger_server: LedgerServer) -> Iterator[Callable[..., Client]]:
+    """Clients with a token of the given role and principal."""
+    made: list[Client] = []
+
+    def make(role: str = "agent", principal: str = "agent-1", **options: object) -> Client:
+        client = Client(ledger_server.url, ledger_server.token(role, principal), **options)  # type: ignore[arg-type]
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+
+
+@pytest.fixture
+def operator(make_client: Callable[..., Client]) -> Client:
+    return make_client("operator", "op")
+
+
+@pytest.fixture
+def agent(make_client: Callable[..., Client]) -> Client:
+    return make_client("agent", "agent-1")

@@ -1,0 +1,95 @@
+"""A real work-ledger server in a thread of its own, for the SDK, CLI and MCP tests.
+
+The server runs its own event loop in a background thread, so sync clients (the SDK's
+`Client`, the CLI, subprocesses) can call it from the test's thread without blocking it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from work_ledger.api.app import create_app
+from work_ledger.config import Settings
+
+SECRET = "agent-toolkit-test-secret"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class LedgerServer:
+    """A running server: its URL, and a way to mint tokens on it."""
+
+    url: str
+    settings: Settings
+    server: uvicorn.Server
+    thread: threading.Thread
+    loop: asyncio.AbstractEventLoop
+    minted: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def token(self, role: str, principal: str) -> str:
+        """A token for (role, principal), minted once per server."""
+        if (role, principal) not in self.minted:
+            tokens = self.server.config.app.state.tokens  # type: ignore[attr-defined]
+            done: Future[Any] = asyncio.run_coroutine_threadsafe(
+                tokens.create(role, principal), self.loop
+            )
+            self.minted[role, principal] = done.result(timeout=30)[0]
+        return self.minted[role, principal]
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def settings_for(database_url: str, home: Path, lease_seconds: int = 60) -> Settings:
+    return Settings(
+        database_url=database_url,
+        home=home,
+        lease_seconds=lease_seconds,
+        stall_seconds=300,
+        evidence_allowed_prefixes=(),
+        url="",
+        token=None,
+        secret=SECRET,
+    )
+
+
+def start(settings: Settings) -> LedgerServer:
+    app = create_app(settings, max_connections=8)
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"
+    )
+    server = uvicorn.Server(config)
+    loop = asyncio.new_event_loop()
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(server.serve())
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=serve, name="wl-test-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the work-ledger test server did not start")
+        time.sleep(0.01)
+    return LedgerServer(f"http://127.0.0.1:{port}", settings, server, thread, loop)
