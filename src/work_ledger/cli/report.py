@@ -46,10 +46,16 @@ def _label(row: dict[str, Any]) -> str:
     return "all domains" if row["scope"] == "total" else str(row["domain"])
 
 
+# Columns of text read left-aligned; the rest are numbers, right-aligned.
+TEXT_COLUMNS = frozenset(
+    {"domain", "unit", "state", "holder", "disposition", "evidence links", "last heartbeat"}
+)
+
+
 def _table(title: str, *columns: str) -> Table:
     table = Table(title=title, title_justify="left", show_lines=False)
-    for i, column in enumerate(columns):
-        table.add_column(column, justify="left" if i == 0 else "right")
+    for column in columns:
+        table.add_column(column, justify="left" if column in TEXT_COLUMNS else "right")
     return table
 
 
@@ -67,7 +73,7 @@ def stall_table(report: Report) -> Table:
     if threshold is not None:
         title += f" ({threshold}s)"
     table = _table(title, "unit", "domain", "state", "holder", "attempt", "last heartbeat")
-    table.add_column("lease expires", justify="right")
+    table.add_column("lease expires")
     table.add_column("silent for", justify="right")
     for row in report.stalls:
         lease = _when(row["lease_expires_at"]) + (" (lapsed)" if row["lease_expired"] else "")
