@@ -106,7 +106,8 @@ async def bare_claim(url: str, c: int) -> AsyncIterator[list[Operation]]:
 def _agents(i: int) -> Callable[[], str]:
     """A fresh agent name per item: a claim-only loop never holds two units as one agent."""
     counter = itertools.count()
-    return lambda: f"agent-{i}-{next(counter)}"
+    run = uuid.uuid4().hex[:6]  # several windows may share one database (scale)
+    return lambda: f"agent-{run}-{i}-{next(counter)}"
 
 
 def _raw_ledger(*, finish: bool, product_sql: bool = False) -> Workers:
@@ -186,7 +187,7 @@ async def service_life(url: str, c: int) -> AsyncIterator[list[Operation]]:
     async with ledger_over_pool(url, c) as ledger:
 
         def op_for(i: int) -> Operation:
-            actor = Actor(f"agent-{i}")
+            actor = Actor(f"agent-{uuid.uuid4().hex[:6]}-{i}")
 
             async def op() -> float | None:
                 t0 = _clock()
@@ -204,6 +205,31 @@ async def service_life(url: str, c: int) -> AsyncIterator[list[Operation]]:
             return op
 
         yield [op_for(i) for i in range(c)]
+
+
+@contextlib.asynccontextmanager
+async def raw_ledger_life(url: str, c: int) -> AsyncIterator[list[Operation]]:
+    async with connections(url, c) as conns:
+
+        def op_for(i: int, conn: asyncpg.Connection) -> Operation:
+            agent = f"agent-{uuid.uuid4().hex[:6]}-{i}"
+
+            async def op() -> float | None:
+                t0 = _clock()
+                row = await conn.fetchrow(RAW["ledger_claim"], agent, LEASE_SECONDS)
+                latency = _clock() - t0
+                if row is None:
+                    return None
+                unit, attempt = row["unit_id"], row["attempt_id"]
+                await conn.execute(RAW["ledger_finish"], unit, attempt, agent)
+                await conn.execute(RAW["ledger_cost"], unit, attempt, agent, 125)
+                await conn.execute(RAW["ledger_verify"], unit, attempt, agent, EVIDENCE)
+                await conn.execute(RAW["ledger_dispose"], unit, attempt, agent)
+                return latency
+
+            return op
+
+        yield [op_for(i, conn) for i, conn in enumerate(conns)]
 
 
 # -- the peer -----------------------------------------------------------------------------
@@ -304,6 +330,15 @@ CONFIGS = [
         10_000,
         seed_ledger,
         service_life,
+    ),
+    Config(
+        "raw_ledger_life",
+        "5 commits: the hand-written claim CTE, then hand-written start, cost, verify and "
+        "dispose statements (each with its event); one agent name per worker",
+        "ledger",
+        10_000,
+        seed_ledger,
+        raw_ledger_life,
     ),
     Config(
         "pgqueuer",

@@ -42,6 +42,7 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
         for ours, limit in (
             ("service_claim", "raw_ledger_claim"),
             ("service_claim_finish", "raw_ledger_claim_finish"),
+            ("service_life", "raw_ledger_life"),
         ):
             value = _ratio(_get(med, ours, k, "items_per_s"), _get(med, limit, k, "items_per_s"))
             out.append(
@@ -91,9 +92,10 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
         )
     )
     scale = _get(result, "scale", "claim") or {}
+    sizes = scale.get("sizes", {"small": 1000, "large": 1000000})
     out.append(
         _goal(
-            "claim p50 at 1,000,000 ready ≤ 1.2x at 1,000",
+            f"claim p50 at {sizes['large']:,} ready ≤ 1.2x at {sizes['small']:,}",
             _ratio(_get(scale, "large", "claim_p50_ms"), _get(scale, "small", "claim_p50_ms")),
             "<=",
             1.2,

@@ -70,3 +70,41 @@ WITH unit AS (
 )
 INSERT INTO work_unit_events (unit_id, attempt_id, event_type, from_state, to_state, agent_id)
 SELECT id, $2, 'transitioned', 'claimed', 'in_progress', $3 FROM unit;
+
+-- name: ledger_cost
+-- Cost on the running attempt and its unit, with its event. $1 unit, $2 attempt,
+-- $3 agent, $4 cents.
+WITH attempt AS (
+    UPDATE work_unit_attempts SET cost_cents = cost_cents + $4 WHERE id = $2 RETURNING id
+), unit AS (
+    UPDATE work_units SET cost_cents = cost_cents + $4 WHERE id = $1 RETURNING id
+)
+INSERT INTO work_unit_events (unit_id, attempt_id, event_type, agent_id, cost_delta_cents)
+SELECT id, $2, 'cost_recorded', $3, $4 FROM unit;
+
+-- name: ledger_verify
+-- in_progress → verified with an evidence link; the attempt ends verified. $1 unit,
+-- $2 attempt, $3 agent, $4 evidence url.
+WITH unit AS (
+    UPDATE work_units
+    SET state = 'verified', claimed_by = NULL, lease_expires_at = NULL,
+        evidence_urls = array_append(evidence_urls, $4)
+    WHERE id = $1 AND state = 'in_progress' AND claimed_by = $3
+    RETURNING id
+), attempt AS (
+    UPDATE work_unit_attempts SET outcome = 'verified', ended_at = now(), evidence_url = $4
+    WHERE id = $2 AND outcome IS NULL
+    RETURNING id
+)
+INSERT INTO work_unit_events (unit_id, attempt_id, event_type, from_state, to_state, agent_id)
+SELECT id, $2, 'transitioned', 'in_progress', 'verified', $3 FROM unit;
+
+-- name: ledger_dispose
+-- verified → done (MIGRATED), with its event. $1 unit, $2 attempt, $3 agent.
+WITH unit AS (
+    UPDATE work_units SET state = 'done', disposition = 'MIGRATED', disposed_at = now()
+    WHERE id = $1 AND state = 'verified'
+    RETURNING id
+)
+INSERT INTO work_unit_events (unit_id, attempt_id, event_type, from_state, to_state, agent_id)
+SELECT id, $2, 'disposed', 'verified', 'done', $3 FROM unit;

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import diagnose
+import scale
 
 
 def _n(x: Any, digits: int = 0) -> str:
@@ -72,7 +73,9 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
         lines += claims_table(diag)
         if "plans" in diag:
             lines += ["", *diagnose.markdown(diag["plans"])]
-    for section in ("scale", "http", "longpoll", "soak"):
+    if "scale" in result:
+        lines += ["", *scale.markdown(result["scale"])]
+    for section in ("http", "longpoll", "soak"):
         if section in result and "markdown" in result[section]:
             lines += ["", *result[section]["markdown"]]
     return "\n".join(lines) + "\n"

@@ -33,6 +33,7 @@ import diagnose
 import goals
 import psutil
 import report
+import scale
 from harness import Server, load_average, measure, median_of, start_embedded
 
 from work_ledger.db.connect import with_database
@@ -152,6 +153,19 @@ async def run_claims(
     }
 
 
+async def run_scale(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+    if args.smoke:
+        sizes, events = {"small": 100, "large": 2_000}, 20_000
+    elif args.quick:
+        sizes, events = {"small": 1_000, "large": 100_000}, 1_000_000
+    else:
+        sizes, events = {"small": 1_000, "large": 1_000_000}, 10_000_000
+    out: dict[str, Any] = {}
+    out["claim"] = await scale.claim_by_backlog(server, TEMPLATES["ledger"], sizes, args)
+    out["events"] = await scale.event_pages(server, TEMPLATES["ledger"], events, args.reps)
+    return out
+
+
 def fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -197,6 +211,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         configs = [c for c in claims.DIAGNOSTICS if not wanted or c.name in wanted]
         result["diagnostics"] = await run_claims(server, args, configs, levels)
         result["diagnostics"]["plans"] = await diagnose.claim_plans(server, TEMPLATES["ledger"])
+    if "scale" in args.section_set:
+        result["scale"] = await run_scale(server, args)
     result["load_average_end"] = load_average()
     result["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     result["goals"] = goals.evaluate(result, args.levels)
