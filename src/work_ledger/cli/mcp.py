@@ -1,0 +1,26 @@
+"""`work-ledger mcp`: the agent tools as an MCP server on stdio, for Claude Code and others.
+
+    claude mcp add work-ledger -e WL_URL=http://127.0.0.1:4001 -e WL_TOKEN=wl_... \\
+        -- uv run work-ledger mcp
+"""
+
+from __future__ import annotations
+
+import os
+
+from work_ledger.cli.agent import client_settings
+from work_ledger.cli.app import app
+
+
+@app.command()
+def mcp() -> None:
+    """Serve the agent tools over MCP on stdio (for Claude Code); uses WL_URL and WL_TOKEN.
+
+    Tools: claim, heartbeat, record_cost, ask, verify, dispose, release, show.
+    """
+    from work_ledger.client import AsyncClient
+    from work_ledger.mcp import build_server
+
+    url, token = client_settings()
+    agent = os.environ.get("WL_AGENT") or None
+    build_server(lambda: AsyncClient(url, token, agent=agent)).run("stdio")
