@@ -14,7 +14,7 @@ CREATE TYPE question_status AS ENUM ('open', 'answered', 'cancelled');
 -- Evidence is a link to where the proof lives, never the proof itself.
 CREATE FUNCTION wl_is_evidence_link(url text) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN url ~ '^https?://[^[:space:]/?#]+[^[:space:]]*$' AND length(url) <= 2048;
+    RETURN coalesce(url ~ '^https?://[^[:space:]/?#]+[^[:space:]]*$' AND length(url) <= 2048, false);
 
 CREATE FUNCTION wl_are_evidence_links(urls text[]) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -47,7 +47,8 @@ CREATE TABLE work_units (
     CONSTRAINT unit_disposition_matches_state CHECK (
         CASE state
             WHEN 'done' THEN disposition IS NOT DISTINCT FROM 'MIGRATED'
-            WHEN 'abandoned' THEN disposition IN ('DROPPED', 'DEFERRED', 'DEAD')
+            -- IS NOT NULL: a NULL disposition would make IN yield NULL, which a CHECK passes.
+            WHEN 'abandoned' THEN disposition IS NOT NULL AND disposition IN ('DROPPED', 'DEFERRED', 'DEAD')
             ELSE disposition IS NULL
         END),
     CONSTRAINT unit_disposed_at_iff_disposition CHECK ((disposition IS NULL) = (disposed_at IS NULL)),

@@ -66,7 +66,7 @@ WITH transitions AS (
            format('unit is %s with disposition %s', u.state, u.disposition)
     FROM work_units AS u
     WHERE NOT CASE u.state WHEN 'done' THEN u.disposition IS NOT DISTINCT FROM 'MIGRATED'
-                           WHEN 'abandoned' THEN u.disposition IN ('DROPPED', 'DEFERRED', 'DEAD')
+                           WHEN 'abandoned' THEN coalesce(u.disposition IN ('DROPPED', 'DEFERRED', 'DEAD'), false)
                            ELSE u.disposition IS NULL END
        OR (u.disposition IS NULL) <> (u.disposed_at IS NULL)
 )
