@@ -1,0 +1,126 @@
+"""The schema the migrations build: the map agrees with domain.py, the claim uses its index,
+and migrations apply once however many processes start at the same time."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from work_ledger.db.connect import connect, ensure_database, with_database
+from work_ledger.db.migrate import apply_migrations, load_migrations
+from work_ledger.db.queries import QUERIES
+from work_ledger.domain import DISPOSITIONS_FROM, TRANSITIONS, Actor, NewUnit, State
+from work_ledger.service import Ledger
+
+OPERATOR = Actor("operator", privileged=True)
+
+
+async def test_domain_transitions_equal_wl_next_states(raw: asyncpg.Connection) -> None:
+    """domain.TRANSITIONS and the database's wl_next_states agree for every state."""
+    in_db = {
+        State(r["state"]): frozenset(State(s) for s in r["next"])
+        for r in await raw.fetch(
+            "SELECT s::text AS state, wl_next_states(s)::text[] AS next"
+            " FROM unnest(enum_range(NULL::work_state)) AS s"
+        )
+    }
+    assert in_db == TRANSITIONS
+
+
+async def test_domain_dispositions_agree_with_wl_abandon_dispositions(
+    raw: asyncpg.Connection,
+) -> None:
+    """DISPOSITIONS_FROM, minus MIGRATED (a CHECK ties it to done), is wl_abandon_dispositions."""
+    in_db = {
+        State(r["state"]): set(r["dispositions"])
+        for r in await raw.fetch(
+            "SELECT s::text AS state, wl_abandon_dispositions(s)::text[] AS dispositions"
+            " FROM unnest(enum_range(NULL::work_state)) AS s"
+        )
+    }
+    in_domain = {
+        state: {str(d) for d in DISPOSITIONS_FROM.get(state, frozenset()) if d != "MIGRATED"}
+        for state in State
+    }
+    assert in_db == in_domain
+    migrated_from = {s for s, ds in DISPOSITIONS_FROM.items() if "MIGRATED" in ds}
+    assert migrated_from == {s for s, ts in TRANSITIONS.items() if State.DONE in ts}
+
+
+async def test_enums_match_the_domain(raw: asyncpg.Connection) -> None:
+    """The work_state enum has exactly the states of domain.State, in the same order."""
+    values = await raw.fetchval("SELECT enum_range(NULL::work_state)::text[]")
+    assert values == [str(s) for s in State]
+
+
+def _index_names(plan: Any) -> Iterator[str]:
+    if isinstance(plan, dict):
+        if "Index Name" in plan:
+            yield plan["Index Name"]
+        for value in plan.values():
+            yield from _index_names(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            yield from _index_names(value)
+
+
+@pytest.mark.parametrize("plan_mode", ["force_custom_plan", "force_generic_plan"])
+async def test_claim_plan_uses_the_partial_ready_index(
+    ledger: Ledger, raw: asyncpg.Connection, plan_mode: str
+) -> None:
+    """With thousands of ready units, pull-next walks work_units_ready_idx, even when cached."""
+    for batch in range(3):
+        await ledger.register(
+            [NewUnit(f"b{batch}-{i:04d}", "fleet-a", "orders") for i in range(1000)], OPERATOR
+        )
+    for i in range(20):
+        await ledger.claim(f"agent-{i}")
+    await raw.execute("ANALYZE")
+    await raw.execute(f"SET plan_cache_mode = {plan_mode}")
+    plan = await raw.fetchval(
+        "EXPLAIN (FORMAT JSON) " + QUERIES["claim_unit"], "agent-x", None, 60, None
+    )
+    indexes = set(_index_names(plan))
+    assert "work_units_ready_idx" in indexes, indexes
+    assert "work_units_leased_idx" in indexes, indexes
+
+
+@pytest.fixture
+async def empty_database(server_url: str) -> AsyncIterator[str]:
+    """A database with no schema at all."""
+    name = f"wl_empty_{uuid.uuid4().hex[:12]}"
+    await ensure_database(server_url, name)
+    yield with_database(server_url, name)
+    conn = await asyncpg.connect(server_url)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+async def test_migrations_applied_twice_change_nothing(raw: asyncpg.Connection) -> None:
+    """On a migrated database, applying the migrations again applies none."""
+    before = await raw.fetch("SELECT version, name, applied_at FROM wl_schema_migrations")
+    assert await apply_migrations(raw) == []
+    after = await raw.fetch("SELECT version, name, applied_at FROM wl_schema_migrations")
+    assert after == before
+    assert [r["version"] for r in after] == [m.version for m in load_migrations()]
+
+
+async def test_migrations_concurrent_starters_apply_each_file_once(empty_database: str) -> None:
+    """Two processes migrating a fresh database at once both succeed; each file runs once."""
+    conns = await asyncio.gather(connect(empty_database), connect(empty_database))
+    try:
+        first, second = await asyncio.gather(*(apply_migrations(c) for c in conns))
+        versions = sorted(m.version for m in [*first, *second])
+        assert versions == [m.version for m in load_migrations()]
+        rows = await conns[0].fetch("SELECT version FROM wl_schema_migrations ORDER BY version")
+        assert [r["version"] for r in rows] == versions
+        assert await apply_migrations(conns[1]) == []
+    finally:
+        await asyncio.gather(*(c.close() for c in conns))
