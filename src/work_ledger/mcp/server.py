@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
 from work_ledger.client import AsyncClient, AsyncWork, Claim, NothingToClaim, to_json
@@ -46,6 +46,10 @@ def render(exc: WorkLedgerError) -> str:
     if exc.allowed:
         facts.append(f"allowed next: {', '.join(exc.allowed)}")
     return text + (f" ({'; '.join(facts)})" if facts else "")
+
+
+class Refusal(Exception):
+    """A refusal by this server itself (no unit held, no open question), as `code: detail`."""
 
 
 class Session:
@@ -83,14 +87,14 @@ class Session:
         if len(held) == 1:
             return held[0]
         if unit is None:
-            raise ToolError(
+            raise Refusal(
                 "no_unit: you hold "
                 + (f"{len(held)} units; name one with `unit`" if held else "no unit; call claim")
             )
         detail = await self.client.get_unit(unit)
         live = detail.live_attempt
         if live is None:
-            raise ToolError(
+            raise Refusal(
                 f"no_live_attempt: unit {detail.unit.external_ref} is {detail.unit.state} and no "
                 "attempt of it is running; claim it first (claim with unit=...)"
             )
@@ -98,21 +102,28 @@ class Session:
         self.hold(work)
         return work
 
-    async def guard(self, action: Awaitable[str]) -> str:
-        """Run a tool's body; a ledger refusal becomes a tool error the model can act on."""
+    async def guard(self, action: Awaitable[str]) -> CallToolResult:
+        """Run a tool's body; a refusal becomes an error result reading `code: detail`."""
         try:
-            return await action
+            return _result(await action)
+        except Refusal as exc:
+            return _result(str(exc), error=True)
         except NothingToClaim:
-            raise ToolError(
+            return _result(
                 "nothing_to_claim: no unit is claimable right now. Call claim again later, "
-                "or with wait_seconds (up to 60) to wait for one."
-            ) from None
+                "or with wait_seconds (up to 60) to wait for one.",
+                error=True,
+            )
         except AttemptSuperseded as exc:
             for work in [w for w in self.works.values() if w.lost is not None]:
                 await self.drop(work)
-            raise ToolError(render(exc)) from None
+            return _result(render(exc), error=True)
         except WorkLedgerError as exc:
-            raise ToolError(render(exc)) from None
+            return _result(render(exc), error=True)
+
+
+def _result(text: str, *, error: bool = False) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=error)
 
 
 def _lease(work: AsyncWork) -> str:
@@ -142,7 +153,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
         ] = None,
         domain: Annotated[str | None, Field(description="Only from this domain.")] = None,
         wait_seconds: Annotated[int, Field(ge=0, le=60, description="Wait for one.")] = 0,
-    ) -> str:
+    ) -> CallToolResult:
         """Claim the next unit of work (or a named one) and start it (state in_progress).
         Call this to get work; you hold one unit at a time (asking again returns it)."""
 
@@ -161,7 +172,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
         return await session.guard(run())
 
     @server.tool(structured_output=False)
-    async def heartbeat(unit: UnitRef = None) -> str:
+    async def heartbeat(unit: UnitRef = None) -> CallToolResult:
         """Renew the lease now. Rarely needed: this server heartbeats in the background.
         Use it to check that your claim is still live."""
 
@@ -176,7 +187,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
     async def record_cost(
         cost_cents: Annotated[int, Field(gt=0, description="Cents spent since the last call.")],
         unit: UnitRef = None,
-    ) -> str:
+    ) -> CallToolResult:
         """Add money spent on the unit (whole cents) to your attempt. Call as you spend."""
 
         async def run() -> str:
@@ -196,7 +207,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
         ] = None,
         unit: UnitRef = None,
         wait_seconds: Annotated[int, Field(ge=0, le=600, description="How long to wait.")] = 50,
-    ) -> str:
+    ) -> CallToolResult:
         """Block the unit on a question only a human can answer, and wait for the answer.
         The lease pauses meanwhile. If no answer comes in time, call ask again without
         a question to keep waiting."""
@@ -208,7 +219,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
             else:
                 found = (await work.refresh()).open_question
                 if found is None:
-                    raise ToolError(
+                    raise Refusal(
                         f"no_open_question: unit {work.unit.external_ref} has no open question; "
                         "pass `question` to ask one"
                     )
@@ -232,7 +243,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
     async def verify(
         evidence_url: Annotated[str, Field(description="http(s) link to the evidence.")],
         unit: UnitRef = None,
-    ) -> str:
+    ) -> CallToolResult:
         """Mark your in_progress unit verified, with a link to where its evidence lives
         (CI run, pull request). Then call dispose MIGRATED."""
 
@@ -253,7 +264,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
         ],
         reason: Annotated[str | None, Field(description="Why, in a sentence.")] = None,
         unit: UnitRef = None,
-    ) -> str:
+    ) -> CallToolResult:
         """Close the unit for good: MIGRATED after verify; DROPPED (not needed) or DEAD
         (cannot be done) while in progress; DEFERRED or DEAD while blocked."""
 
@@ -272,7 +283,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
         ] = "failed",
         reason: Annotated[str | None, Field(description="Why, in a sentence.")] = None,
         unit: UnitRef = None,
-    ) -> str:
+    ) -> CallToolResult:
         """Give the unit back (ready) so another attempt can take it. Use when you cannot
         finish; use dispose instead when the unit should never be tried again."""
 
@@ -285,7 +296,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
         return await session.guard(run())
 
     @server.tool(structured_output=False)
-    async def show(unit: UnitRef = None) -> str:
+    async def show(unit: UnitRef = None) -> CallToolResult:
         """Show a unit: state, holder, lease, cost, evidence, attempts and questions."""
 
         async def run() -> str:
