@@ -1,0 +1,47 @@
+"""A real uvicorn server per test, on a free loopback port, over the test's own database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from api_support import Api, Running, settings_for, start_server, stop_server
+
+from work_ledger.auth import Role
+
+MakeApi = Callable[..., Awaitable[Api]]
+
+
+@pytest.fixture
+async def make_api(database_url: str, tmp_path: Path) -> AsyncIterator[MakeApi]:
+    """Start a server with settings overridden as asked (e.g. evidence prefixes)."""
+    from work_ledger.api.app import create_app
+
+    started: list[tuple[Api, Running]] = []
+
+    async def make(**overrides: Any) -> Api:
+        settings = settings_for(database_url, tmp_path, **overrides)
+        app = create_app(settings, max_connections=8)
+        url, running = await start_server(app)
+        api = Api(url, app)
+        started.append((api, running))
+        return api
+
+    yield make
+    for api, running in started:
+        for client in api.clients:
+            await client.aclose()
+        await stop_server(running)
+
+
+@pytest.fixture
+async def api(make_api: MakeApi) -> Api:
+    return await make_api()
+
+
+@pytest.fixture
+async def operator(api: Api) -> httpx.AsyncClient:
+    return await api.as_role(Role.OPERATOR, "op")
