@@ -113,10 +113,17 @@ async def read_report(
 
 @dataclass(frozen=True, slots=True)
 class GaugeSnapshot:
-    """Queue depth by (domain, state) and stalled units by domain, from one query."""
+    """From one query: units by (domain, state), and by domain the stalled units, the
+    attempts ever started (one per claim) and the attempts lost to a stale reclaim."""
 
     units: dict[tuple[str, str], int]
     stalled: dict[str, int]
+    claims: dict[str, int]
+    reclaims: dict[str, int]
+
+    @property
+    def domains(self) -> set[str]:
+        return {domain for domain, _ in self.units}
 
 
 def _json(value: Any) -> Any:
@@ -124,17 +131,28 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
+def _by_domain(value: Any, domains: set[str]) -> dict[str, int]:
+    counts = {domain: 0 for domain in domains}
+    counts.update({str(k): int(v) for k, v in _json(value).items()})
+    return counts
+
+
 async def read_gauges(conn: Conn) -> GaugeSnapshot:
     async with _reading():
         row = await conn.fetchrow(QUERIES["read_metrics_snapshot"])
-    assert row is not None  # a SELECT of two scalar subqueries always returns one row
+    assert row is not None  # a SELECT of scalar subqueries always returns one row
     units = {
         (str(r["domain"]), state): int(r[state])
         for r in _json(row["queue_depth"])
         for state in STATES
     }
-    stalled = {str(k): int(v) for k, v in _json(row["stalled"]).items()}
-    return GaugeSnapshot(units, stalled)
+    domains = {domain for domain, _ in units}
+    return GaugeSnapshot(
+        units,
+        _by_domain(row["stalled"], domains),
+        _by_domain(row["claims"], domains),
+        _by_domain(row["reclaims"], domains),
+    )
 
 
 # -- the reader role ---------------------------------------------------------------------

@@ -9,6 +9,7 @@ from work_ledger.config import Settings
 from work_ledger.db.connect import connect, create_pool, resolve_database_url
 from work_ledger.db.migrate import apply_migrations
 from work_ledger.db.store import Store
+from work_ledger.readside import store_settings
 from work_ledger.service import Ledger
 
 
@@ -29,6 +30,7 @@ async def open_ledger(
     await migrate_database(url)
     pool = await create_pool(url, min_size=min(2, max_connections), max_size=max_connections)
     try:
+        await store_settings(pool, stall_seconds=settings.stall_seconds)  # v_stall_list reads it
         yield Ledger(
             Store(pool),
             lease_seconds=settings.lease_seconds,

@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from work_ledger.api import problems
+from work_ledger.api import metrics, problems
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.middleware import EdgeMiddleware
 from work_ledger.api.routes import attempts, events, health, projection, questions, units
@@ -106,6 +106,7 @@ def create_app(
     app.state.bootstrap = bootstrap
     problems.install(app)
     app.add_middleware(EdgeMiddleware)
+    metrics.install(app)  # GET /metrics; times every request (outside the edge)
 
     app.include_router(health.router)
     app.include_router(events.router)  # before units: /units/{unit}/events

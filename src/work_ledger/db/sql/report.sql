@@ -68,13 +68,17 @@ WHERE CASE WHEN $1::text IS NULL THEN scope = 'total' ELSE scope = 'domain' AND 
 ORDER BY disposition;
 
 -- name: read_metrics_snapshot
--- Everything the /metrics gauges show, in one round trip: queue depth by domain and
--- state, and stalled units by domain.
+-- Everything /metrics reads from the views, in one round trip: queue depth by domain and
+-- state, stalled units by domain, attempts (one per claim) and stale reclaims by domain.
 SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
         FROM v_queue_depth AS q WHERE q.scope = 'domain') AS queue_depth,
        (SELECT coalesce(jsonb_object_agg(s.domain, s.units), '{}')
         FROM (SELECT domain, count(*) AS units FROM v_stall_list GROUP BY domain) AS s)
-           AS stalled;
+           AS stalled,
+       (SELECT coalesce(jsonb_object_agg(c.domain, c.attempts), '{}')
+        FROM v_cost_per_unit AS c WHERE c.scope = 'domain') AS claims,
+       (SELECT coalesce(jsonb_object_agg(r.domain, r.superseded_attempts), '{}')
+        FROM v_rework AS r WHERE r.scope = 'domain') AS reclaims;
 
 -- name: read_grant_reader
 -- $1 role name, $2 SCRAM-SHA-256 password verifier: the views the role may now read.
