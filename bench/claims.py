@@ -222,7 +222,7 @@ async def raw_ledger_life(url: str, c: int) -> AsyncIterator[list[Operation]]:
                     return None
                 unit, attempt = row["unit_id"], row["attempt_id"]
                 await conn.execute(RAW["ledger_finish"], unit, attempt, agent)
-                await conn.execute(RAW["ledger_cost"], unit, attempt, agent, 125)
+                await conn.execute(RAW["ledger_cost"], attempt, agent, 125)
                 await conn.execute(RAW["ledger_verify"], unit, attempt, agent, EVIDENCE)
                 await conn.execute(RAW["ledger_dispose"], unit, attempt, agent)
                 return latency

@@ -72,15 +72,17 @@ INSERT INTO work_unit_events (unit_id, attempt_id, event_type, from_state, to_st
 SELECT id, $2, 'transitioned', 'claimed', 'in_progress', $3 FROM unit;
 
 -- name: ledger_cost
--- Cost on the running attempt and its unit, with its event. $1 unit, $2 attempt,
--- $3 agent, $4 cents.
+-- Cost on an attempt and its unit, with its event. $1 attempt, $2 agent, $3 cents.
 WITH attempt AS (
-    UPDATE work_unit_attempts SET cost_cents = cost_cents + $4 WHERE id = $2 RETURNING id
+    UPDATE work_unit_attempts SET cost_cents = cost_cents + $3 WHERE id = $1 RETURNING unit_id
 ), unit AS (
-    UPDATE work_units SET cost_cents = cost_cents + $4 WHERE id = $1 RETURNING id
+    UPDATE work_units AS u SET cost_cents = u.cost_cents + $3
+    FROM attempt AS a
+    WHERE u.id = a.unit_id
+    RETURNING u.id
 )
 INSERT INTO work_unit_events (unit_id, attempt_id, event_type, agent_id, cost_delta_cents)
-SELECT id, $2, 'cost_recorded', $3, $4 FROM unit;
+SELECT id, $1, 'cost_recorded', $2, $3 FROM unit;
 
 -- name: ledger_verify
 -- in_progress → verified with an evidence link; the attempt ends verified. $1 unit,

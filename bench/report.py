@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import diagnose
+import httpbench
 import scale
 
 
@@ -73,6 +74,8 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
         lines += claims_table(diag)
         if "plans" in diag:
             lines += ["", *diagnose.markdown(diag["plans"])]
+    if "http" in result:
+        lines += ["", *httpbench.markdown(result["http"])]
     if "scale" in result:
         lines += ["", *scale.markdown(result["scale"])]
     for section in ("http", "longpoll", "soak"):

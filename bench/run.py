@@ -31,6 +31,7 @@ import asyncpg
 import claims
 import diagnose
 import goals
+import httpbench
 import psutil
 import report
 import scale
@@ -211,6 +212,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         configs = [c for c in claims.DIAGNOSTICS if not wanted or c.name in wanted]
         result["diagnostics"] = await run_claims(server, args, configs, levels)
         result["diagnostics"]["plans"] = await diagnose.claim_plans(server, TEMPLATES["ledger"])
+    if "http" in args.section_set:
+        result["http"] = await httpbench.run(server, args, args.levels)
     if "scale" in args.section_set:
         result["scale"] = await run_scale(server, args)
     result["load_average_end"] = load_average()
