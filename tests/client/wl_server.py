@@ -7,14 +7,18 @@ The server runs its own event loop in a background thread, so sync clients (the 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
 import uvicorn
 
 from work_ledger.api.app import create_app
@@ -54,6 +58,18 @@ class LedgerServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
+
+
+@contextmanager
+def quiet_access_log() -> Iterator[None]:
+    """Send the in-process server's access log to /dev/null, not to the CLI's captured stdout."""
+    saved = structlog.get_config()
+    with open(os.devnull, "w") as sink:
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sink))
+        try:
+            yield
+        finally:
+            structlog.configure(**saved)
 
 
 def settings_for(database_url: str, home: Path, lease_seconds: int = 60) -> Settings:

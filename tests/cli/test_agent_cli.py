@@ -1,0 +1,167 @@
+"""The agent and operator CLI verbs against a real running server."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
+
+from wl_server import LedgerServer, quiet_access_log, settings_for, start
+
+from work_ledger.cli import app
+
+EVIDENCE = "https://ci.example/runs/9"
+Cli = Callable[..., Result]
+
+
+@pytest.fixture
+def cli_server(database_url: str, tmp_path: Path) -> Iterator[LedgerServer]:
+    with quiet_access_log():
+        running = start(settings_for(database_url, tmp_path / "home"))
+        yield running
+        running.stop()
+
+
+@pytest.fixture
+def cli(cli_server: LedgerServer, tmp_path: Path) -> Cli:
+    """Run `work-ledger ARGS` in-process as (role, principal); operator by default."""
+    runner = CliRunner()
+
+    def invoke(*args: str, role: str = "operator", principal: str = "op", **env: str) -> Result:
+        environment = {
+            "WL_URL": cli_server.url,
+            "WL_TOKEN": cli_server.token(role, principal),
+            "WL_HOME": str(tmp_path / "cli-home"),
+            "WL_ATTEMPT_ID": "",
+            "WL_UNIT_ID": "",
+            **env,
+        }
+        return runner.invoke(app, list(args), env=environment)
+
+    return invoke
+
+
+def agent(cli: Cli, *args: str) -> Result:
+    return cli(*args, role="agent", principal="agent-1")
+
+
+def test_register_large_file_twice_is_idempotent(cli: Cli, tmp_path: Path) -> None:
+    """10,000 rows: all created the first time, all existing the second."""
+    path = tmp_path / "units.csv"
+    lines = ["external_ref,fleet,domain"] + [f"legacy/{i},fleet-a,orders" for i in range(10_000)]
+    path.write_text("\n".join(lines) + "\n")
+    first = cli("register", str(path), "--json")
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout) == {"created": 10_000, "existing": 0, "bad": 0, "bad_rows": []}
+    second = cli("register", str(path), "--json")
+    assert json.loads(second.stdout)["existing"] == 10_000
+    assert json.loads(second.stdout)["created"] == 0
+
+
+def test_register_reports_bad_rows_by_line(cli: Cli, tmp_path: Path) -> None:
+    """Bad rows are named by line; the good ones are registered; exit 1."""
+    path = tmp_path / "units.jsonl"
+    path.write_text(
+        '{"external_ref": "a", "fleet": "f"}\n'
+        "{not json\n"
+        '{"external_ref": "b"}\n'
+        "\n"
+        '{"external_ref": "a", "fleet": "f"}\n'
+        '{"external_ref": "c", "fleet": "f", "colour": "red"}\n'
+        '{"external_ref": "d", "fleet": "f", "domain": "orders"}\n'
+    )
+    result = cli("register", str(path))
+    assert result.exit_code == 1
+    assert "2 created, 0 existing, 4 bad row(s)" in result.stdout
+    for line, words in [(2, "not valid JSON"), (3, "fleet"), (5, "line 1"), (6, "colour")]:
+        assert f"line {line}: " in result.stderr
+        assert words in result.stderr.split(f"line {line}: ")[1].splitlines()[0]
+    shown = cli("show", "d", "--json")
+    assert json.loads(shown.stdout)["unit"]["domain"] == "orders"
+
+
+def test_verbs_json_output_parses(cli: Cli, tmp_path: Path) -> None:
+    """Every verb's --json output is one JSON document; a unit goes from ready to done."""
+    path = tmp_path / "u.csv"
+    path.write_text("external_ref,fleet\nu1,f\n")
+    assert cli("register", str(path), "--json").exit_code == 0
+    claimed = json.loads(agent(cli, "claim", "--json").stdout)
+    assert claimed["unit"]["external_ref"] == "u1"
+    attempt = claimed["attempt"]["id"]
+    steps = [
+        ("start", "u1", "--attempt", attempt),
+        ("heartbeat", "u1"),
+        ("cost", "u1", "75"),
+        ("block", "u1", "which currency?"),
+    ]
+    outputs = [json.loads(agent(cli, *step, "--json").stdout) for step in steps]
+    assert [o["unit"]["state"] for o in outputs] == ["in_progress"] * 3 + ["blocked"]
+    open_questions = json.loads(cli("questions", "--json").stdout)["items"]
+    assert [q["question"] for q in open_questions] == ["which currency?"]
+    assert json.loads(cli("answer", "u1", "EUR", "--json").stdout)["question"]["answer"] == "EUR"
+    verified = json.loads(agent(cli, "verify", "u1", EVIDENCE, "--json").stdout)
+    assert verified["attempt"]["outcome"] == "verified"
+    done = json.loads(agent(cli, "dispose", "u1", "MIGRATED", "--json").stdout)
+    assert (done["unit"]["state"], done["unit"]["cost_cents"]) == ("done", 75)
+    shown = json.loads(cli("show", "u1", "--json").stdout)
+    assert [a["outcome"] for a in shown["attempts"]] == ["verified"]
+    events = json.loads(cli("events", "u1", "--json", "--limit", "50").stdout)["items"]
+    assert events[0]["event_type"] == "disposed"
+    assert events[-1]["event_type"] == "registered"
+
+
+def test_release_verb_gives_unit_back(cli: Cli, tmp_path: Path) -> None:
+    """release --outcome failed: the unit is ready again, its attempt failed."""
+    path = tmp_path / "u.csv"
+    path.write_text("external_ref,fleet\nu1,f\n")
+    cli("register", str(path))
+    claimed = agent(cli, "claim")
+    assert "claimed" in claimed.stdout
+    assert "u1" in claimed.stdout
+    released = json.loads(agent(cli, "release", "u1", "--outcome", "failed", "--json").stdout)
+    assert (released["unit"]["state"], released["attempt"]["outcome"]) == ("ready", "failed")
+
+
+def test_exit_codes_distinguish_failures(cli: Cli, tmp_path: Path) -> None:
+    """3 nothing to claim, 4 refused by an invariant, 5 auth, 6 unreachable, 1 unknown unit."""
+    assert agent(cli, "claim").exit_code == 3
+    path = tmp_path / "u.csv"
+    path.write_text("external_ref,fleet\nu1,f\n")
+    cli("register", str(path))
+    refused = cli("verify", "u1", EVIDENCE)
+    assert refused.exit_code == 4
+    assert "unit_state_transition_allowed" in refused.stderr
+    assert cli("show", "u1", WL_TOKEN="wl_00000000_" + "x" * 40).exit_code == 5
+    assert cli("show", "u1", WL_URL="http://127.0.0.1:9").exit_code == 6
+    assert cli("show", "no-such-unit").exit_code == 1
+
+
+def test_refusal_json_error_names_invariant(cli: Cli, tmp_path: Path) -> None:
+    """With --json, a refusal is a JSON object on stderr naming the rule and the next steps."""
+    path = tmp_path / "u.csv"
+    path.write_text("external_ref,fleet\nu1,f\n")
+    cli("register", str(path))
+    refused = cli("verify", "u1", EVIDENCE, "--json")
+    error = json.loads(refused.stderr)
+    assert (error["error"], error["invariant"], error["state"]) == (
+        "invariant_violation",
+        "unit_state_transition_allowed",
+        "ready",
+    )
+    assert "claim" in error["allowed"]
+
+
+def test_default_token_read_from_home(cli: Cli, cli_server: LedgerServer, tmp_path: Path) -> None:
+    """Without WL_TOKEN the CLI uses WL_HOME/operator.token, as `serve` stores it."""
+    home = tmp_path / "serve-home"
+    home.mkdir()
+    (home / "operator.token").write_text(cli_server.token("operator", "op") + "\n")
+    shown = cli("questions", "--json", WL_TOKEN="", WL_HOME=str(home))
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["items"] == []
