@@ -105,7 +105,13 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
     lp = _get(result, "longpoll") or {}
     out.append(_goal("long-poll wake-up p50 ≤ 50 ms", lp.get("wake_p50_ms"), "<=", 50, ""))
     out.append(
-        _goal("long-poll database connections ≤ 5", lp.get("db_connections_max"), "<=", 5, "")
+        _goal(
+            "long-poll database connections ≤ 5",
+            lp.get("db_connections_max"),
+            "<=",
+            5,
+            "the server's open connections (application_name work-ledger), max over the run",
+        )
     )
     out.append(_goal("long-poll server RSS ≤ 200 MB", lp.get("server_rss_mb_max"), "<=", 200, ""))
     soak = _get(result, "soak") or {}

@@ -12,7 +12,6 @@ import json
 import os
 import socket
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -85,6 +84,12 @@ class MiniHttp:
         if status >= 300:
             raise RuntimeError(f"POST {path} -> {status}: {body}")
         return body
+
+
+def process_cpu(app: AppProcess) -> float:
+    from harness import process_tree_cpu
+
+    return process_tree_cpu(app.ps)
 
 
 def free_port() -> int:
@@ -323,11 +328,11 @@ async def _connections(server: Server, url: str) -> int:
         await conn.close()
 
 
-async def run(server: Server, args: Any, levels: list[int]) -> dict[str, Any]:
+async def run(
+    server: Server, args: Any, levels: list[int], tokens: list[str], home: Path
+) -> dict[str, Any]:
     from harness import median_of
 
-    home = Path(tempfile.mkdtemp(prefix="wl-bench-http-"))
-    tokens = await build_token_template(server, max(levels), home)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in CONFIGS}
     for rep in range(args.reps):
         for c in levels:

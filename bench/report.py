@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import diagnose
+import endurance
 import httpbench
 import scale
 
@@ -78,7 +79,6 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
         lines += ["", *httpbench.markdown(result["http"])]
     if "scale" in result:
         lines += ["", *scale.markdown(result["scale"])]
-    for section in ("http", "longpoll", "soak"):
-        if section in result and "markdown" in result[section]:
-            lines += ["", *result[section]["markdown"]]
+    if "longpoll" in result or "soak" in result:
+        lines += ["", *endurance.markdown(result)]
     return "\n".join(lines) + "\n"

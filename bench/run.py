@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import asyncpg
 import claims
 import diagnose
+import endurance
 import goals
 import httpbench
 import psutil
@@ -212,8 +213,21 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         configs = [c for c in claims.DIAGNOSTICS if not wanted or c.name in wanted]
         result["diagnostics"] = await run_claims(server, args, configs, levels)
         result["diagnostics"]["plans"] = await diagnose.claim_plans(server, TEMPLATES["ledger"])
+    if args.section_set & {"http", "longpoll"}:
+        home = Path(tempfile.mkdtemp(prefix="wl-bench-http-"))
+        atexit.register(shutil.rmtree, home, True)
+        waiters = 50 if args.smoke else 1000
+        tokens = await httpbench.build_token_template(server, max(*args.levels, waiters), home)
     if "http" in args.section_set:
-        result["http"] = await httpbench.run(server, args, args.levels)
+        result["http"] = await httpbench.run(server, args, args.levels, tokens, home)
+    if "longpoll" in args.section_set:
+        rounds, per_round = (4, 5) if args.smoke else (20, 10)
+        result["longpoll"] = await endurance.longpoll(
+            server, tokens, waiters, rounds, per_round, home
+        )
+    if "soak" in args.section_set:
+        lives = 2_000 if args.smoke else 20_000 if args.quick else 200_000
+        result["soak"] = await endurance.soak(server, TEMPLATES["ledger"], lives, 16)
     if "scale" in args.section_set:
         result["scale"] = await run_scale(server, args)
     result["load_average_end"] = load_average()
