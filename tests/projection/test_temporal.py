@@ -1,0 +1,202 @@
+"""The Temporal side without a Temporal server: events, keys, and delivery with retries.
+
+What needs a running Temporal worker (the interceptor inside the workflow sandbox, the
+local activity's scheduling and replay) is not exercised here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from projection_streams import EVIDENCE, register_workflows, token
+
+from work_ledger.auth import Role
+from work_ledger.domain import State
+from work_ledger.projection import build_source_event_id
+from work_ledger.service import Ledger
+from work_ledger.temporal.events import (
+    ACTIVITY_NAME,
+    evidence_url,
+    idempotency_key,
+    lifecycle_event,
+)
+from work_ledger.temporal.forwarder import ForwardRefused, ForwardUnavailable, LedgerForwarder
+
+temporalio = pytest.importorskip("temporalio")
+from temporalio import workflow  # noqa: E402  (after the skip: the extra may be absent)
+from temporalio.exceptions import ApplicationError  # noqa: E402
+
+from work_ledger.temporal.interceptor import close_kind  # noqa: E402
+from work_ledger.temporal.plugin import WorkLedgerPlugin, project_activity  # noqa: E402
+
+AT = dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.UTC)
+
+
+def _lifecycle(kind: str, **detail: Any) -> dict[str, Any]:
+    return lifecycle_event(
+        kind,
+        namespace="migrations",
+        workflow_id="wf-1",
+        run_id="run-1",
+        occurred_at=AT + dt.timedelta(minutes=1 if kind != "started" else 0),
+        history_length=12,
+        detail=detail,
+    )
+
+
+async def _noop_sleep(_: float) -> None:
+    return None
+
+
+class Flaky(httpx.AsyncBaseTransport):
+    """The real app behind a network that misbehaves as scripted, one step per request."""
+
+    def __init__(self, app: FastAPI, *script: str) -> None:
+        self.inner = httpx.ASGITransport(app=app)
+        self.script = list(script)
+        self.calls = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        step = self.script.pop(0) if self.script else "ok"
+        if step == "refused":
+            raise httpx.ConnectError("connection refused", request=request)
+        if step == "503":
+            return httpx.Response(503, json={"detail": "the database cannot be reached"})
+        response = await self.inner.handle_async_request(request)
+        if step == "lost":  # the ledger did the work; its answer never arrives
+            await response.aread()
+            raise httpx.ReadError("connection reset", request=request)
+        return response
+
+
+async def _forwarder(
+    app: FastAPI, *script: str, attempts: int = 5
+) -> tuple[LedgerForwarder, Flaky]:
+    transport = Flaky(app, *script)
+    secret = await token(app, Role.PROJECTOR, "temporal")
+    forwarder = LedgerForwarder(
+        "http://ledger.test", secret, transport=transport, attempts=attempts, sleep=_noop_sleep
+    )
+    return forwarder, transport
+
+
+def test_started_key_is_the_key_the_ledger_builds() -> None:
+    """started is history event 1 of its run; the key matches the ledger's own format."""
+    event = _lifecycle("started")
+    assert event["source_event_id"] == build_source_event_id("migrations", "wf-1", "run-1", 1)
+    assert event["event_id"] == 1
+
+
+def test_close_key_is_one_per_run_and_ordered_after_start() -> None:
+    """Every close of a run shares one key, so a run closes at most once in the ledger."""
+    keys = {_lifecycle(kind)["source_event_id"] for kind in ("completed", "failed", "cancelled")}
+    assert keys == {"temporal/migrations/wf-1/run-1/close"}
+    assert _lifecycle("failed")["event_id"] == 12
+
+
+def test_lifecycle_event_refuses_kinds_it_cannot_observe() -> None:
+    """terminated and timed_out cannot be seen from worker code: building one is an error."""
+    with pytest.raises(ValueError, match="forwards started and completed"):
+        _lifecycle("terminated")
+
+
+def test_evidence_url_prefers_the_result_then_the_template() -> None:
+    """The result's evidence_url wins; else the template is filled in; else None."""
+    where = {"namespace": "ns", "workflow_id": "wf-1", "run_id": "r-1"}
+    template = "https://temporal.example/{namespace}/{workflow_id}/{run_id}"
+    assert evidence_url({"evidence_url": EVIDENCE}, template=template, **where) == EVIDENCE
+    assert (
+        evidence_url("done", template=template, **where) == "https://temporal.example/ns/wf-1/r-1"
+    )
+    assert evidence_url("done", template=None, **where) is None
+
+
+def test_idempotency_key_is_stable_per_batch() -> None:
+    """The same batch always gets the same key; a different batch another one."""
+    batch = [_lifecycle("started")]
+    assert idempotency_key(batch) == idempotency_key([dict(batch[0])])
+    assert idempotency_key(batch) != idempotency_key([_lifecycle("failed")])
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (None, "completed"),
+        (ApplicationError("the migration broke"), "failed"),
+        (asyncio.CancelledError(), "cancelled"),
+        # Only the SDK may construct it; a bare instance is enough for isinstance.
+        (workflow.ContinueAsNewError.__new__(workflow.ContinueAsNewError), None),
+        (RuntimeError("a bug: Temporal retries the workflow task"), None),
+    ],
+)
+def test_close_kind_maps_how_a_run_ended(error: BaseException | None, kind: str | None) -> None:
+    """Completed, failed and cancelled are ends; continue-as-new and task failures are not."""
+    assert close_kind(error) == kind
+
+
+async def test_forwarder_retries_through_a_lost_response_without_applying_twice(
+    ledger: Ledger, app: FastAPI
+) -> None:
+    """Refused connection, then a lost response, then success: the unit moves once."""
+    await register_workflows(ledger, "wf-1")
+    forwarder, transport = await _forwarder(app, "refused", "lost")
+    batch = [_lifecycle("started"), _lifecycle("completed", evidence_url=EVIDENCE)]
+    counts = await forwarder.send(batch)
+    detail = await ledger.get_unit("unit-wf-1")
+    assert transport.calls == 3
+    assert (counts["applied"], counts["duplicates"]) == (2, 0)  # the stored first outcome
+    assert (detail.unit.state, len(detail.attempts)) == (State.VERIFIED, 1)
+    assert await ledger.audit() == []
+
+
+async def test_forwarder_sends_a_new_batch_of_old_events_as_duplicates(
+    ledger: Ledger, app: FastAPI
+) -> None:
+    """Events already delivered in another batch come back as duplicates, not applied."""
+    await register_workflows(ledger, "wf-1")
+    forwarder, _ = await _forwarder(app)
+    await forwarder.send([_lifecycle("started")])
+    counts = await forwarder.send([_lifecycle("started"), _lifecycle("failed")])
+    assert (counts["applied"], counts["duplicates"]) == (1, 1)
+
+
+async def test_forwarder_gives_up_at_once_on_a_refused_batch(app: FastAPI) -> None:
+    """A 422 (completed without evidence) is not retried: one request, ForwardRefused."""
+    forwarder, transport = await _forwarder(app)
+    with pytest.raises(ForwardRefused, match="evidence_url") as refused:
+        await forwarder.send([_lifecycle("completed")])
+    assert (refused.value.status, transport.calls) == (422, 1)
+
+
+async def test_forwarder_reports_unavailable_after_its_attempts(app: FastAPI) -> None:
+    """503 on every attempt: ForwardUnavailable after exactly `attempts` requests."""
+    forwarder, transport = await _forwarder(app, "503", "503", "503", attempts=3)
+    with pytest.raises(ForwardUnavailable, match="after 3 attempts"):
+        await forwarder.send([_lifecycle("started")])
+    assert transport.calls == 3
+
+
+async def test_activity_turns_a_refusal_into_a_non_retryable_failure(app: FastAPI) -> None:
+    """The plugin's activity raises a non-retryable ApplicationError on a 401."""
+    bad = LedgerForwarder(
+        "http://ledger.test", "wl_bad_token", transport=httpx.ASGITransport(app=app)
+    )
+    with pytest.raises(ApplicationError) as failure:
+        await project_activity(bad)([_lifecycle("started")])
+    assert (failure.value.non_retryable, failure.value.type) == (True, "ForwardRefused")
+
+
+def test_plugin_carries_the_interceptor_and_the_activity() -> None:
+    """The plugin holds the activity the interceptor schedules, under the same name."""
+    plugin = WorkLedgerPlugin("http://127.0.0.1:4001", "wl_x_y")
+    activities = plugin.activities
+    assert isinstance(activities, list)
+    names = [getattr(a, "__temporal_activity_definition").name for a in activities]
+    assert names == [ACTIVITY_NAME]
+    assert [type(i).__name__ for i in plugin.interceptors or []] == ["WorkLedgerInterceptor"]
