@@ -274,7 +274,7 @@ CONFIGS = [
         "1 statement, 1 commit: UPDATE … WHERE id = (SELECT … FOR NO KEY UPDATE SKIP LOCKED "
         "LIMIT 1) on a bare table (no attempt/event rows, no triggers)",
         "bare",
-        60_000,
+        120_000,
         seed_bare,
         bare_claim,
     ),
@@ -283,7 +283,7 @@ CONFIGS = [
         "1 statement, 1 commit: hand-written claim CTE on the real schema (unit update + "
         "attempt row + event row; triggers fire)",
         "ledger",
-        30_000,
+        40_000,
         seed_ledger,
         _raw_ledger(finish=False),
     ),

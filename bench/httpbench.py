@@ -284,7 +284,7 @@ async def one_window(
     server: Server, name: str, c: int, tokens: list[str], args: Any, home: Path
 ) -> dict[str, Any]:
     kind, ops_for, backlog, _ = CONFIGS[name]
-    backlog //= 10 if args.quick else 1
+    backlog //= args.backlog_divisor
     for _attempt in range(3):
         async with server.fresh_database(name, TEMPLATE) as url:
             seed = await asyncpg.connect(url)

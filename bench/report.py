@@ -56,6 +56,14 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
         f"{m['os']}; Python {m['python']}, asyncpg {m['asyncpg']}. Load average at start "
         f"{_n(result['load_average_start'][0], 2)}, at end {_n(result['load_average_end'][0], 2)}.",
         "",
+        f"Product measured: commit {result['product']['commit']}"
+        + (
+            " with uncommitted changes under src/ (other sessions at work)"
+            if result["product"]["uncommitted_in_src"]
+            else ""
+        )
+        + f"; PGQueuer {result['product']['pgqueuer']}.",
+        "",
         "PostgreSQL: " + ", ".join(f"{k}={v}" for k, v in sorted(pg.items())) + ".",
         "",
         "## Goals",

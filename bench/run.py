@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +43,12 @@ from work_ledger.db.connect import with_database
 from work_ledger.runtime import migrate_database
 
 HERE = Path(__file__).resolve().parent
+try:
+    import pgqueuer  # noqa: F401  (only asks whether the peer is installed)
+
+    HAVE_PGQUEUER = True
+except ImportError:  # the `bench` dependency group is not installed: skip the peer
+    HAVE_PGQUEUER = False
 TEMPLATES = {"ledger": "bench_tpl_ledger", "bare": "bench_tpl_bare", "pgqueuer": "bench_tpl_pgq"}
 
 
@@ -65,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.smoke:
         args.concurrency, args.reps, args.warmup, args.duration = "1,16", 1, 0.2, 0.5
         args.quick = True
+    elif args.quick:
+        args.warmup, args.duration = min(args.warmup, 0.5), min(args.duration, 2.0)
+    args.backlog_divisor = 10 if args.smoke else 4 if args.quick else 1
     args.levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
     args.section_set = {x.strip() for x in args.sections.split(",") if x.strip()}
     return args
@@ -89,6 +99,8 @@ async def build_templates(server: Server) -> None:
     finally:
         await conn.close()
     await migrate_database(with_database(server.admin_url, TEMPLATES["ledger"]))
+    if not HAVE_PGQUEUER:
+        return
     from pgqueuer.queries import Queries
 
     pgq = await asyncpg.connect(with_database(server.admin_url, TEMPLATES["pgqueuer"]))
@@ -102,7 +114,7 @@ async def one_window(
     server: Server, config: claims.Config, c: int, args: argparse.Namespace
 ) -> dict[str, Any]:
     """Seed a fresh database, run the config's workers, time one window."""
-    backlog = config.backlog // (10 if args.quick else 1)
+    backlog = config.backlog // args.backlog_divisor
     for _attempt in range(3):
         async with server.fresh_database(config.name, TEMPLATES[config.template]) as url:
             seed = await asyncpg.connect(url)
@@ -172,6 +184,31 @@ def fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def product_version() -> dict[str, Any]:
+    """The commit measured, and whether the product's files differed from it."""
+
+    def git(*cmd: str) -> str:
+        done = subprocess.run(
+            ["git", *cmd], cwd=HERE.parent, capture_output=True, text=True, check=False
+        )
+        return done.stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "uncommitted_in_src": git("status", "--porcelain", "--", "src"),
+        "pgqueuer": _version("pgqueuer"),
+    }
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
 def machine() -> dict[str, Any]:
     model = ""
     try:
@@ -198,8 +235,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "started_at": started.isoformat(timespec="seconds"),
         "command": " ".join(["python", "bench/run.py", *sys.argv[1:]]),
-        "options": {k: v for k, v in vars(args).items() if k not in ("levels", "section_set")},
+        "options": {
+            k: v
+            for k, v in vars(args).items()
+            if k not in ("levels", "section_set", "backlog_divisor")
+        },
         "machine": machine(),
+        "product": product_version(),
         "postgres": await server.settings(),
         "load_average_start": load_average(),
     }
@@ -207,6 +249,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     wanted = {x for x in args.configs.split(",") if x}
     if "claims" in args.section_set:
         configs = [c for c in claims.CONFIGS if not wanted or c.name in wanted]
+        configs = [c for c in configs if HAVE_PGQUEUER or c.template != "pgqueuer"]
         result["claims"] = await run_claims(server, args, configs, args.levels)
     if "diagnostics" in args.section_set:
         levels = [c for c in args.levels if c <= 64][:2] or args.levels[:1]
