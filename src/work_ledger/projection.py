@@ -31,7 +31,9 @@ in its detail, counted as `refused`, never applied. An event older than the newe
 already projected for its unit (ordered by occurred_at, then event id, then
 source_event_id) is recorded and counted as `stale`, and changes nothing: a late event
 never moves a unit backwards. Since the newest event drives the unit all the way to its
-state, the final state does not depend on delivery order. An event whose workflow_id
+state, the final state does not depend on delivery order (as long as no run starts after
+an earlier run completed or was cancelled: then the late close is stale, where in order it
+would have refused the new start). An event whose workflow_id
 matches no unit is not recorded (every event belongs to a unit) and is counted as
 `unmatched`; redelivered once the unit is registered, it applies.
 
@@ -57,7 +59,7 @@ from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import translated_errors
 from work_ledger.domain import HELD, Attempt, Disposition, Outcome, State, Unit
 from work_ledger.errors import InvalidInput, InvariantViolation
-from work_ledger.service import MAX_BATCH, Ledger
+from work_ledger.service import MAX_BATCH, MAX_LEASE_SECONDS, Ledger
 
 EVENT_TYPES = (
     "started",
@@ -207,10 +209,16 @@ class _Unit:
 
 
 class Projector:
-    """Projects batches of workflow events onto the ledger, each exactly once."""
+    """Projects batches of workflow events onto the ledger, each exactly once.
 
-    def __init__(self, ledger: Ledger) -> None:
+    A workflow's claim takes `lease_seconds` (default the longest lease the ledger allows):
+    Temporal, not the lease, says whether a workflow is alive, and a short lease would let
+    any agent's pull-next reclaim the unit of a long-running workflow between two events.
+    """
+
+    def __init__(self, ledger: Ledger, *, lease_seconds: int = MAX_LEASE_SECONDS) -> None:
         self.ledger = ledger
+        self.lease_seconds = lease_seconds
 
     async def project(self, events: Sequence[WorkflowEvent]) -> ProjectionReport:
         """Validate the whole batch (nothing is written if any event is malformed), then
@@ -235,7 +243,13 @@ class Projector:
             )
         if e.event_id is not None and e.event_id < 1:
             raise InvalidInput(f"{where}.event_id must be a positive Temporal event id")
-        if len(json.dumps(e.detail)) > MAX_DETAIL_BYTES:
+        try:
+            size = len(json.dumps(e.detail))
+        except (TypeError, ValueError):
+            raise InvalidInput(
+                f"{where}.detail must be plain JSON (objects, lists, text, numbers)"
+            ) from None
+        if size > MAX_DETAIL_BYTES:
             raise InvalidInput(f"{where}.detail is over {MAX_DETAIL_BYTES} bytes of JSON")
         if e.source_event_id is not None:
             _bounded(f"{where}.source_event_id", e.source_event_id)
@@ -329,7 +343,7 @@ class Projector:
         moving = _Unit(state.unit, state.attempt_id)
         try:
             async with conn.transaction():  # a savepoint: a refused step leaves nothing
-                await _Steps(self.ledger, tx, p, moving).run()
+                await _Steps(self.lease_seconds, tx, p, moving).run()
         except _Refused as refusal:
             return EventResult(
                 p.source_event_id,
@@ -364,8 +378,8 @@ def _bounded(name: str, value: str) -> None:
 class _Steps:
     """Drives one unit towards the state one event means, step by guarded step."""
 
-    def __init__(self, ledger: Ledger, tx: _Tx, p: _Prepared, state: _Unit) -> None:
-        self.ledger, self.tx, self.p, self.state = ledger, tx, p, state
+    def __init__(self, lease_seconds: int, tx: _Tx, p: _Prepared, state: _Unit) -> None:
+        self.lease, self.tx, self.p, self.state = lease_seconds, tx, p, state
         self.link = {"source_event_id": p.source_event_id, "workflow_event": p.event.type}
 
     @property
@@ -451,9 +465,7 @@ class _Steps:
     # -- the guarded statements of units.sql ----------------------------------------------
 
     async def _claim(self) -> None:
-        row = await self.tx.fetchrow(
-            "claim_unit", self.p.agent, None, self.ledger.lease_seconds, self.unit.id
-        )
+        row = await self.tx.fetchrow("claim_unit", self.p.agent, None, self.lease, self.unit.id)
         self._after(row, "claim")
 
     async def _transition(
@@ -485,7 +497,7 @@ class _Steps:
 
     async def _heartbeat(self) -> None:
         row = await self.tx.fetchrow(
-            "heartbeat_attempt", self.state.attempt_id, self.p.agent, self.ledger.lease_seconds
+            "heartbeat_attempt", self.state.attempt_id, self.p.agent, self.lease
         )
         self._after(row, "heartbeat")
 

@@ -57,6 +57,18 @@ async def test_started_claims_and_starts_as_the_workflow(
     )
 
 
+async def test_workflow_claim_outlasts_pull_next_of_other_agents(
+    ledger: Ledger, projector: Projector
+) -> None:
+    """The workflow's lease is the ledger's longest: a day, not the agents' default."""
+    await register_workflows(ledger, "wf-1")
+    await projector.project([_event("wf-1", "started", 1)])
+    unit = (await ledger.get_unit("unit-wf-1")).unit
+    assert unit.lease_expires_at is not None
+    assert unit.lease_expires_at - unit.updated_at >= dt.timedelta(hours=23)
+    assert (await ledger.claim("agent-9")).unit is None
+
+
 async def test_completed_verifies_with_the_evidence_link(
     ledger: Ledger, projector: Projector
 ) -> None:
@@ -229,6 +241,7 @@ async def test_malformed_batch_writes_nothing(
         ({"run_id": "a/b"}, "may not be empty or contain '/'"),
         ({"event_id": 0}, "positive"),
         ({"workflow_id": ""}, "1..1000 characters"),
+        ({"detail": {"at": EPOCH}}, "plain JSON"),
     ],
 )
 async def test_invalid_event_is_refused_with_its_rule(
