@@ -1,0 +1,144 @@
+"""`work-ledger run -- CMD`: claim, heartbeat while CMD runs, settle by its exit status."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
+
+from typer.testing import CliRunner
+from wl_server import LedgerServer, quiet_access_log, settings_for, start
+
+from work_ledger.cli import app
+from work_ledger.client import Client
+
+EVIDENCE = "https://ci.example/runs/11"
+CLI = [sys.executable, "-c", "from work_ledger.cli import main; main()"]
+
+
+@pytest.fixture
+def run_server(database_url: str, tmp_path: Path) -> Iterator[LedgerServer]:
+    with quiet_access_log():
+        running = start(settings_for(database_url, tmp_path / "home"))
+        yield running
+        running.stop()
+
+
+@pytest.fixture
+def operator(run_server: LedgerServer) -> Iterator[Client]:
+    with Client(run_server.url, run_server.token("operator", "op")) as client:
+        yield client
+
+
+def environment(server: LedgerServer, tmp_path: Path) -> dict[str, str]:
+    return {
+        "WL_URL": server.url,
+        "WL_TOKEN": server.token("agent", "runner"),
+        "WL_HOME": str(tmp_path / "run-home"),
+    }
+
+
+def launch(server: LedgerServer, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    """`work-ledger run ARGS` as a process of its own (to signal it, or to run beside it)."""
+    return subprocess.Popen(
+        [*CLI, "run", *args],
+        env={**os.environ, **environment(server, tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run(server: LedgerServer, tmp_path: Path, *args: str) -> tuple[int, str]:
+    """`work-ledger run ARGS` in-process: (exit status, stderr)."""
+    result = CliRunner().invoke(app, ["run", *args], env=environment(server, tmp_path))
+    return result.exit_code, result.stderr
+
+
+def test_run_success_with_evidence_verifies(
+    run_server: LedgerServer, operator: Client, tmp_path: Path
+) -> None:
+    """Exit 0 with an evidence link and a cost: cost recorded, unit verified, env exposed."""
+    operator.register([{"external_ref": "orders/7", "fleet": "f"}])
+    seen = tmp_path / "seen.txt"
+    script = (
+        f'echo "$WL_UNIT_REF $WL_UNIT_ID $WL_ATTEMPT_ID" > {seen}; '
+        f'echo \'{{"cost_cents": 30, "evidence_url": "{EVIDENCE}"}}\' > "$WL_RESULT_FILE"'
+    )
+    status, err = run(run_server, tmp_path, "--", "sh", "-c", script)
+    assert status == 0, err
+    detail = operator.get_unit("orders/7")
+    assert (detail.unit.state, detail.unit.cost_cents) == ("verified", 30)
+    assert detail.unit.evidence_urls == [EVIDENCE]
+    assert seen.read_text().split() == ["orders/7", detail.unit.id, detail.attempts[0].id]
+
+
+def test_run_without_evidence_leaves_in_progress(
+    run_server: LedgerServer, operator: Client, tmp_path: Path
+) -> None:
+    """Exit 0 without an evidence link: the unit stays in_progress."""
+    operator.register([{"external_ref": "u1", "fleet": "f"}])
+    status, err = run(run_server, tmp_path, "--", "true")
+    assert status == 0
+    assert "left u1 in_progress" in err
+    assert operator.get_unit("u1").unit.state == "in_progress"
+
+
+def test_run_failure_releases_failed(
+    run_server: LedgerServer, operator: Client, tmp_path: Path
+) -> None:
+    """A non-zero exit releases the unit with outcome failed and passes the status on."""
+    operator.register([{"external_ref": "u1", "fleet": "f"}])
+    status, _ = run(run_server, tmp_path, "--unit", "u1", "--", "sh", "-c", "exit 3")
+    assert status == 3
+    detail = operator.get_unit("u1")
+    assert (detail.unit.state, detail.attempts[0].outcome) == ("ready", "failed")
+
+
+def test_run_long_command_keeps_lease(
+    run_server: LedgerServer, operator: Client, tmp_path: Path
+) -> None:
+    """A 2 s lease outlives a 5 s command: no other agent can take the unit meanwhile."""
+    operator.register([{"external_ref": "u1", "fleet": "f"}])
+    script = f'sleep 5; echo \'{{"evidence_url": "{EVIDENCE}"}}\' > "$WL_RESULT_FILE"'
+    child = launch(run_server, tmp_path, "--lease", "2", "--", "sh", "-c", script)
+    with Client(run_server.url, run_server.token("agent", "rival")) as rival:
+        time.sleep(4)
+        assert rival.claim_next().unit is None
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    detail = operator.get_unit("u1")
+    assert (detail.unit.state, detail.unit.attempt_count) == ("verified", 1)
+
+
+def test_run_forwards_sigterm(run_server: LedgerServer, operator: Client, tmp_path: Path) -> None:
+    """SIGTERM to `run` reaches CMD; CMD's exit status settles the unit (released failed)."""
+    operator.register([{"external_ref": "u1", "fleet": "f"}])
+    started = tmp_path / "started"
+    script = f"trap 'exit 7' TERM; touch {started}; while true; do sleep 0.1; done"
+    child = launch(run_server, tmp_path, "--", "sh", "-c", script)
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=30)
+    assert child.returncode == 7, err
+    detail = operator.get_unit("u1")
+    assert (detail.unit.state, detail.attempts[0].outcome) == ("ready", "failed")
+
+
+def test_run_nothing_to_claim_exits_3(run_server: LedgerServer, tmp_path: Path) -> None:
+    """An empty ledger: exit 3, the command never runs."""
+    marker = tmp_path / "ran"
+    status, err = run(run_server, tmp_path, "--", "touch", str(marker))
+    assert status == 3
+    assert "nothing_to_claim" in err
+    assert not marker.exists()
