@@ -72,6 +72,7 @@ EVENT_TYPES = (
 )
 MAX_ID = 1000
 MAX_DETAIL_BYTES = 16_000
+MAX_EVENT_ID = 2**63 - 1
 DEFAULT_NAMESPACE = "default"
 
 
@@ -241,15 +242,17 @@ class Projector:
             raise InvalidInput(
                 f"{where}.occurred_at has no time zone; send it with one, e.g. 2026-01-31T12:00:00Z"
             )
-        if e.event_id is not None and e.event_id < 1:
-            raise InvalidInput(f"{where}.event_id must be a positive Temporal event id")
+        if e.event_id is not None and not 1 <= e.event_id <= MAX_EVENT_ID:
+            raise InvalidInput(f"{where}.event_id must be a positive Temporal event id (int64)")
         try:
-            size = len(json.dumps(e.detail))
+            dumped = json.dumps(e.detail, allow_nan=False)
         except (TypeError, ValueError):
             raise InvalidInput(
                 f"{where}.detail must be plain JSON (objects, lists, text, numbers)"
             ) from None
-        if size > MAX_DETAIL_BYTES:
+        if _has_nul(e.detail):
+            raise InvalidInput(f"{where}.detail contains a NUL character, which JSONB cannot hold")
+        if len(dumped) > MAX_DETAIL_BYTES:
             raise InvalidInput(f"{where}.detail is over {MAX_DETAIL_BYTES} bytes of JSON")
         if e.source_event_id is not None:
             _bounded(f"{where}.source_event_id", e.source_event_id)
@@ -370,9 +373,21 @@ class Projector:
         )
 
 
+def _has_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 def _bounded(name: str, value: str) -> None:
     if not 1 <= len(value) <= MAX_ID:
         raise InvalidInput(f"{name} must be 1..{MAX_ID} characters, not {len(value)}")
+    if "\x00" in value:
+        raise InvalidInput(f"{name} contains a NUL character, which the ledger cannot store")
 
 
 class _Steps:

@@ -242,6 +242,10 @@ async def test_malformed_batch_writes_nothing(
         ({"event_id": 0}, "positive"),
         ({"workflow_id": ""}, "1..1000 characters"),
         ({"detail": {"at": EPOCH}}, "plain JSON"),
+        ({"detail": {"log": "a\x00b"}}, "NUL"),
+        ({"detail": {"ratio": float("nan")}}, "plain JSON"),
+        ({"workflow_id": "wf\x001"}, "NUL"),
+        ({"event_id": 2**63}, "int64"),
     ],
 )
 async def test_invalid_event_is_refused_with_its_rule(

@@ -12,7 +12,7 @@ from work_ledger.api import problems
 from work_ledger.api.deps import Caller, IdempotentRoute, idempotency_header, ledger, require
 from work_ledger.api.schemas import Body
 from work_ledger.auth import Role
-from work_ledger.projection import MAX_ID, Projector, WorkflowEvent
+from work_ledger.projection import MAX_EVENT_ID, MAX_ID, Projector, WorkflowEvent
 from work_ledger.service import MAX_BATCH, Ledger
 
 router = APIRouter(
@@ -35,7 +35,7 @@ class WorkflowEventIn(Body):
     namespace: Id | None = Field(None, description="Temporal namespace (default `default`).")
     workflow_id: Id = Field(description="Matches work_units.workflow_id.")
     run_id: Id | None = None
-    event_id: Annotated[int, StrictMark(), Field(ge=1)] | None = Field(
+    event_id: Annotated[int, StrictMark(), Field(ge=1, le=MAX_EVENT_ID)] | None = Field(
         None, description="The history event id (restarts at 1 in every run)."
     )
     type: Literal[
