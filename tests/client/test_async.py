@@ -1,0 +1,63 @@
+"""The asyncio SDK against a real running server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from wl_server import LedgerServer
+
+from work_ledger.client import AsyncClient, Client, NothingToClaim
+
+EVIDENCE = "https://ci.example/runs/5"
+
+
+@pytest.fixture
+async def async_agent(ledger_server: LedgerServer) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(ledger_server.url, ledger_server.token("agent", "async-1")) as client:
+        yield client
+
+
+async def test_async_claim_context_drives_unit_to_done(
+    operator: Client, async_agent: AsyncClient
+) -> None:
+    """async with client.claim(): start, cost, verify, dispose MIGRATED."""
+    operator.register([{"external_ref": "u1", "fleet": "f", "domain": "orders"}])
+    async with async_agent.claim(domain="orders") as work:
+        assert work.unit.state == "in_progress"
+        await work.cost(40)
+        await work.verify(EVIDENCE)
+        await work.dispose("MIGRATED")
+    detail = await async_agent.get_unit("u1")
+    assert (detail.unit.state, detail.unit.cost_cents) == ("done", 40)
+
+
+async def test_async_heartbeat_keeps_short_lease_alive(
+    operator: Client, async_agent: AsyncClient, make_client: Callable[..., Client]
+) -> None:
+    """A 2 s lease survives 5 s of awaited work: the heartbeat task renews it."""
+    operator.register([{"external_ref": "u1", "fleet": "f"}])
+    rival = make_client("agent", "rival")
+    async with async_agent.claim(lease_seconds=2) as work:
+        await asyncio.sleep(5)
+        assert (await asyncio.to_thread(rival.claim_next)).unit is None
+        await work.verify(EVIDENCE)
+
+
+async def test_async_exception_releases_unit_failed(
+    operator: Client, async_agent: AsyncClient
+) -> None:
+    """An exception inside `async with` releases the unit with outcome failed."""
+    operator.register([{"external_ref": "u1", "fleet": "f"}])
+    with pytest.raises(ValueError, match="bad diff"):
+        async with async_agent.claim():
+            raise ValueError("bad diff")
+    detail = await async_agent.get_unit("u1")
+    assert (detail.unit.state, detail.attempts[0].outcome) == ("ready", "failed")
+
+
+async def test_async_claim_empty_raises(async_agent: AsyncClient) -> None:
+    """Nothing claimable: NothingToClaim."""
+    with pytest.raises(NothingToClaim):
+        await async_agent.claim_work()

@@ -1,0 +1,136 @@
+"""The SDK's pure parts: problem+json to typed errors, records, units files, its imports."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+import work_ledger.client
+from work_ledger.client import Unit, UnitDetail
+from work_ledger.client._work import lease_of
+from work_ledger.client.errors import error_from_response
+from work_ledger.client.units_file import BadRow, Row, read_units
+from work_ledger.errors import (
+    AttemptSuperseded,
+    IdempotencyKeyReused,
+    InvalidInput,
+    InvariantViolation,
+    WorkLedgerError,
+)
+
+
+def problem(**fields: object) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def test_error_from_response_maps_code_to_class() -> None:
+    """The problem's code picks the class; invariant, state and allowed are carried."""
+    exc = error_from_response(
+        409,
+        problem(
+            type="urn:work-ledger:problem:attempt_superseded",
+            code="attempt_superseded",
+            detail="your claim is lost",
+            invariant="attempt_superseded",
+            unit_id="u-1",
+            state="claimed",
+            allowed=["start", "heartbeat"],
+        ),
+    )
+    assert type(exc) is AttemptSuperseded
+    assert (exc.invariant, exc.unit_id, exc.state, exc.allowed) == (
+        "attempt_superseded",
+        "u-1",
+        "claimed",
+        ["start", "heartbeat"],
+    )
+    assert str(exc) == "attempt_superseded: your claim is lost"
+
+
+def test_error_from_response_uses_type_without_code() -> None:
+    """No `code`: the last segment of the problem type names the class."""
+    body = problem(type="urn:work-ledger:problem:idempotency_key_reused", detail="x")
+    assert type(error_from_response(422, body)) is IdempotencyKeyReused
+
+
+def test_error_from_response_falls_back_to_status() -> None:
+    """An unknown code or a non-JSON body: the class of the HTTP status."""
+    assert type(error_from_response(409, problem(code="brand_new", detail="d"))) is (
+        InvariantViolation
+    )
+    plain = error_from_response(422, b"<html>bad gateway</html>")
+    assert type(plain) is InvalidInput
+    assert "HTTP 422" in plain.detail
+    assert type(error_from_response(502, b"")) is WorkLedgerError
+
+
+def test_unit_detail_parses_flat_and_nested() -> None:
+    """GET /units/{unit} answers flat; both shapes parse, times become datetimes."""
+    unit = {"id": "1", "external_ref": "r", "state": "claimed", "lease_expires_at": None}
+    attempt = {"id": "a", "unit_id": "1", "attempt_no": 1, "outcome": None}
+    flat = UnitDetail.from_json({**unit, "attempts": [attempt], "questions": []})
+    nested = UnitDetail.from_json({"unit": unit, "attempts": [attempt], "questions": []})
+    assert flat == nested
+    assert flat.live_attempt is not None
+    assert flat.live_attempt.id == "a"
+
+
+def test_lease_of_reads_granted_lease() -> None:
+    """The lease to renew: asked for, else lease_expires_at - last_heartbeat_at, else 900."""
+    granted = Unit.from_json(
+        {
+            "id": "1",
+            "external_ref": "r",
+            "last_heartbeat_at": "2026-01-01T00:00:00+00:00",
+            "lease_expires_at": "2026-01-01T00:00:30+00:00",
+        }
+    )
+    assert (lease_of(granted, None), lease_of(granted, 5)) == (30, 5)
+    assert lease_of(Unit.from_json({"id": "1", "external_ref": "r"}), None) == 900
+
+
+def test_read_units_names_bad_csv_rows_by_line(tmp_path: Path) -> None:
+    """CSV: blank lines skipped, quoted newlines counted, each bad row named by line."""
+    path = tmp_path / "units.csv"
+    path.write_text(
+        'external_ref,fleet,domain\na,f1,orders\n\nb,,orders\n"c\nd",f1,x\na,f1,\ne,f1,x,extra\n'
+    )
+    rows = list(read_units(path))
+    assert [(r.line, r.unit.external_ref) for r in rows if isinstance(r, Row)] == [
+        (2, "a"),
+        (5, "c\nd"),
+    ]
+    assert [r.line for r in rows if isinstance(r, BadRow)] == [4, 7, 8]
+
+
+def test_read_units_refuses_unknown_csv_columns(tmp_path: Path) -> None:
+    """A header with an unknown column is one bad row, line 1."""
+    path = tmp_path / "units.csv"
+    path.write_text("external_ref,flet\na,f\n")
+    assert [(r.line, "flet" in r.error) for r in read_units(path) if isinstance(r, BadRow)] == [
+        (1, True)
+    ]
+
+
+def test_read_units_fills_default_fleet(tmp_path: Path) -> None:
+    """--fleet fills rows that leave the fleet out."""
+    path = tmp_path / "units.jsonl"
+    path.write_text('{"external_ref": "a"}\n')
+    (row,) = read_units(path, fleet="fleet-x")
+    assert isinstance(row, Row)
+    assert row.unit.fleet == "fleet-x"
+
+
+@pytest.mark.parametrize(
+    "module", sorted(Path(work_ledger.client.__file__).parent.glob("*.py")), ids=lambda p: p.name
+)
+def test_client_imports_only_errors_from_the_package(module: Path) -> None:
+    """The SDK could ship alone: from work_ledger it imports only errors and itself."""
+    tree = ast.parse(module.read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    ours = {m for m in imported if m.startswith("work_ledger")}
+    assert {m for m in ours if not m.startswith("work_ledger.client")} <= {"work_ledger.errors"}
