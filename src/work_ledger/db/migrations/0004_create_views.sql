@@ -98,19 +98,26 @@ COMMENT ON VIEW v_cost_per_unit IS
     'cost on average) and spend_per_merged_unit_cents (all spend, wasted attempts and dropped '
     'units included, divided by the MIGRATED units). Cents; null when nothing is merged yet.';
 
--- Per unit: its attempts and why each earlier one ended, for the rework rows below.
+-- An earlier attempt exists only when a later one does, so only units with more than one
+-- attempt have attempts to look at: one grouped pass over those, not a lookup per unit.
 CREATE VIEW v_rework WITH (security_barrier) AS
-WITH units AS (
+WITH earlier AS (
+    SELECT a.unit_id,
+           count(*) FILTER (WHERE a.outcome = 'superseded') AS superseded_attempts,
+           count(*) FILTER (WHERE a.outcome IN ('failed', 'abandoned')) AS released_attempts
+    FROM work_unit_attempts AS a
+    JOIN work_units AS u ON u.id = a.unit_id
+    WHERE u.attempt_count > 1 AND a.attempt_no < u.attempt_count
+    GROUP BY a.unit_id
+), units AS (
     SELECT u.id, u.domain, u.external_ref, u.state, u.disposition,
            date_trunc('day', u.disposed_at, 'UTC') AS day,
            u.attempt_count,
            (u.attempt_count > 1)::integer AS reworked,
-           (SELECT count(*) FROM work_unit_attempts AS a
-            WHERE a.unit_id = u.id AND a.outcome = 'superseded') AS superseded_attempts,
-           (SELECT count(*) FROM work_unit_attempts AS a
-            WHERE a.unit_id = u.id AND a.outcome IN ('failed', 'abandoned')
-              AND a.attempt_no < u.attempt_count) AS released_attempts
+           coalesce(e.superseded_attempts, 0) AS superseded_attempts,
+           coalesce(e.released_attempts, 0) AS released_attempts
     FROM work_units AS u
+    LEFT JOIN earlier AS e ON e.unit_id = u.id
     WHERE u.attempt_count > 0
 ), sets AS (
     SELECT 'unit'::text AS scope, domain, day, id AS unit_id, external_ref, state, disposition,
@@ -151,6 +158,11 @@ WITH disposed AS (
            u.disposed_at
     FROM work_units AS u
     WHERE u.disposition IS NOT NULL
+), links AS (
+    SELECT d.disposition, CASE WHEN grouping(d.domain) = 1 THEN NULL ELSE d.domain END AS domain,
+           array_agg(DISTINCT link ORDER BY link) AS links
+    FROM disposed AS d, unnest(d.evidence_urls) AS link
+    GROUP BY GROUPING SETS ((d.disposition, d.domain), (d.disposition))
 ), per_domain AS (
     SELECT 'domain'::text AS scope, d.disposition, d.domain,
            count(*) AS units,
@@ -176,15 +188,13 @@ WITH disposed AS (
 )
 SELECT s.scope, s.disposition, s.domain, s.units, s.attempts, s.cost_cents,
        round(s.cost_cents::numeric / nullif(s.units, 0), 2) AS cost_per_unit_cents,
-       s.units_without_evidence, e.links AS evidence_urls,
-       cardinality(e.links) AS evidence_url_count,
+       s.units_without_evidence, coalesce(l.links, '{}') AS evidence_urls,
+       cardinality(coalesce(l.links, '{}')) AS evidence_url_count,
        s.first_disposed_at, s.last_disposed_at
 FROM (SELECT * FROM per_domain UNION ALL SELECT * FROM per_disposition) AS s
-CROSS JOIN LATERAL (
-    SELECT coalesce(array_agg(DISTINCT link ORDER BY link), '{}') AS links
-    FROM disposed AS d, unnest(d.evidence_urls) AS link
-    WHERE d.disposition = s.disposition AND (s.scope = 'total' OR d.domain = s.domain)
-) AS e;
+LEFT JOIN links AS l
+       ON l.disposition = s.disposition
+      AND l.domain IS NOT DISTINCT FROM CASE WHEN s.scope = 'total' THEN NULL ELSE s.domain END;
 COMMENT ON VIEW v_disposition_summary IS
     'The kill-gate table: per disposition (MIGRATED, DROPPED, DEFERRED, DEAD), per domain and '
     'in total (scope total lists all four, zero or not): how many units, their attempts and '
