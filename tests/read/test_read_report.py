@@ -6,12 +6,17 @@ The CLI runs its own event loop, so each invocation runs in a thread of its own.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import asyncpg
+import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
 from work_ledger.cli import app
+from work_ledger.cli.report import watch_report
+from work_ledger.config import load_settings
+from work_ledger.runtime import open_ledger
 from work_ledger.service import Ledger
 
 WIDE = {"COLUMNS": "220", "NO_COLOR": "1"}
@@ -92,3 +97,26 @@ async def test_grant_reader_command_refuses_a_bad_name(database_url: str) -> Non
     assert result.exit_code == 1
     assert "invalid_input" in result.output
     assert "ledger_reader" in result.output
+
+
+async def test_report_watch_redraws_from_the_database(
+    seeded: Ledger,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--watch reads the views each round and leaves the last tables on screen."""
+    monkeypatch.setenv("WL_DATABASE_URL", database_url)
+    monkeypatch.setenv("COLUMNS", "220")
+    await asyncio.to_thread(asyncio.run, watch_report("orders", 0.05, rounds=2))
+    out = capsys.readouterr().out
+    assert _row(out, "v_stall_list", "o3")[:4] == ["o3", "orders", "in_progress", "agent-f"]
+    assert "Ctrl-C to stop" in out
+
+
+async def test_open_ledger_stores_the_stall_threshold(database_url: str) -> None:
+    """Opening the ledger (as serve does) writes WL_STALL_SECONDS where the view reads it."""
+    settings = dataclasses.replace(load_settings(), database_url=database_url, stall_seconds=42)
+    async with open_ledger(settings, max_connections=1) as ledger:
+        stored = await ledger.store.pool.fetchval("SELECT stall_seconds FROM wl_settings")
+    assert stored == 42

@@ -215,18 +215,22 @@ async def _read_once(domain: str | None) -> Report:
         await conn.close()
 
 
-async def _watch(domain: str | None, interval: float) -> None:
+async def watch_report(domain: str | None, interval: float, rounds: int | None = None) -> None:
+    """Redraw the report every `interval` seconds (`rounds` times, or until cancelled)."""
     conn = await connect(await resolve_database_url(load_settings()))
     try:
-        with Live(console=console, auto_refresh=False, screen=False) as live:
-            while True:
+        with Live(console=console, auto_refresh=False) as live:
+            done = 0
+            while rounds is None or done < rounds:
                 try:
                     shown: Any = render_report(await read_report(conn, domain=domain))
                 except WorkLedgerError as exc:
                     shown = Text(f"{exc.code}: {exc.detail} (retrying)", style="red")
                 stamp = Text(f"as of {_when(dt.datetime.now(dt.UTC))}; Ctrl-C to stop", "dim")
                 live.update(Group(shown, stamp), refresh=True)
-                await asyncio.sleep(interval)
+                done += 1
+                if rounds is None or done < rounds:
+                    await asyncio.sleep(interval)
     finally:
         await conn.close()
 
@@ -246,7 +250,7 @@ def report(
         console.print(render_report(run_async(_read_once(domain))))
         return
     try:
-        run_async(_watch(domain, interval))
+        run_async(watch_report(domain, interval))
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
 
