@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import socket
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +145,6 @@ async def claimed(
         )
         assert started.status_code == 200, started.text
     return unit_id, attempt_id
+
+
+MakeApi = Callable[..., Awaitable[Api]]

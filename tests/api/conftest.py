@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from api_support import Api, Running, settings_for, start_server, stop_server
+from api_support import Api, MakeApi, Running, settings_for, start_server, stop_server
 
 from work_ledger.auth import Role
-
-MakeApi = Callable[..., Awaitable[Api]]
 
 
 @pytest.fixture

@@ -115,7 +115,7 @@ async def test_waiters_hold_no_database_connection(api: Api, operator: httpx.Asy
     waiting = [
         asyncio.create_task(
             api.client(token, **{"X-WL-Agent": f"fleet/{i}"}).post(
-                "/units/claim", json={"wait_seconds": 3}
+                "/units/claim", json={"wait_seconds": 2}
             )
         )
         for i in range(20)
