@@ -196,6 +196,7 @@ class Sample:
     latencies: list[float] = field(repr=False)
     cpu: dict[str, float | None]
     exhausted: bool
+    first_use: float  # seconds until every worker had finished its first operation
 
     def summary(self) -> dict[str, Any]:
         ms = [x * 1000 for x in self.latencies]
@@ -216,6 +217,7 @@ class Sample:
             "client_cpu_ms_per_item": per_item(self.cpu["client_s"]),
             "server_cpu_ms_per_item": per_item(self.cpu["server_s"]),
             "app_cpu_ms_per_item": per_item(self.cpu["app_s"]),
+            "first_use_s": round(self.first_use, 3),
             "backlog_exhausted": self.exhausted,
         }
 
@@ -244,6 +246,8 @@ def cpu_delta(a: CpuSnapshot, b: CpuSnapshot) -> dict[str, float | None]:
     }
 
 
+FIRST_USE_TIMEOUT = 120.0
+
 # An operation does one item of work and returns how long its claim took (seconds), or
 # None when there was nothing left to claim.
 Operation = Callable[[], Awaitable[float | None]]
@@ -257,14 +261,29 @@ async def measure(
     duration: float,
     app: psutil.Process | None = None,
 ) -> Sample:
-    """Run each operation in its own closed loop; time a window after the warm-up."""
+    """Run each operation in its own closed loop; time a window after the warm-up.
+
+    The warm-up starts once every worker has finished one operation: a connection's first
+    use of a statement prepares it and lets asyncpg introspect the types it returns (the
+    ledger's composite rows, PGQueuer's enums), a one-time cost per connection that at
+    c=256 on two cores would otherwise fill the whole window.
+    """
     done: list[tuple[float, float]] = []  # (finished at, claim latency)
     stop = asyncio.Event()
     exhausted = asyncio.Event()
+    first_done = 0
+    all_warm = asyncio.Event()
 
     async def worker(op: Operation) -> None:
+        nonlocal first_done
+        first = True
         while not stop.is_set():
             latency = await op()
+            if first:
+                first = False
+                first_done += 1
+                if first_done == len(operations):
+                    all_warm.set()
             if latency is None:
                 exhausted.set()
                 await asyncio.sleep(0.001)
@@ -272,7 +291,11 @@ async def measure(
             done.append((time.perf_counter(), latency))
 
     tasks = [asyncio.create_task(worker(op)) for op in operations]
+    began = time.perf_counter()
     try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(all_warm.wait(), FIRST_USE_TIMEOUT)
+        first_use = time.perf_counter() - began
         await asyncio.sleep(warmup)
         start = CpuSnapshot.take(server, app)
         await asyncio.sleep(duration)
@@ -288,7 +311,12 @@ async def measure(
         raise errors[0]
     window = [lat for t, lat in done if start.wall <= t <= end.wall]
     return Sample(
-        len(window), end.wall - start.wall, window, cpu_delta(start, end), exhausted.is_set()
+        len(window),
+        end.wall - start.wall,
+        window,
+        cpu_delta(start, end),
+        exhausted.is_set(),
+        first_use,
     )
 
 
