@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from work_ledger.cli.app import app, console, err_console
 from work_ledger.client import Client, NothingToClaim, to_json
@@ -98,15 +100,29 @@ def report_error(exc: WorkLedgerError, as_json: bool) -> None:
         }
         typer.echo(json.dumps(body), err=True)
         return
-    err_console.print(f"[red]{exc.code}[/red]: {exc.detail}", highlight=False)
+    err_console.print(
+        f"[red]{exc.code}[/red]: {escape(exc.detail)}", highlight=False, soft_wrap=True
+    )
     if exc.invariant and exc.invariant not in exc.detail:
-        err_console.print(f"  invariant: {exc.invariant}", highlight=False)
+        err_console.print(
+            f"  invariant: {exc.invariant}", markup=False, highlight=False, soft_wrap=True
+        )
     if exc.allowed:
-        err_console.print(f"  allowed next: {', '.join(exc.allowed)}", highlight=False)
+        err_console.print(
+            f"  allowed next: {', '.join(exc.allowed)}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def emit_json(value: Any) -> None:
     typer.echo(json.dumps(to_json(value), sort_keys=True))
+
+
+def _row(table: Table, *cells: str) -> None:
+    """Add a row whose cells are plain text (an external_ref like `a[1]` is not markup)."""
+    table.add_row(*(Text(cell) for cell in cells))
 
 
 def _when(value: Any) -> str:
@@ -132,7 +148,7 @@ def unit_table(unit: Unit, attempt: Attempt | None = None) -> Table:
         rows.append(("attempt", f"{attempt.attempt_no} {attempt.id} ({attempt.outcome or 'live'})"))
     for key, value in rows:
         if value:
-            table.add_row(key, value)
+            _row(table, key, value)
     return table
 
 
@@ -141,7 +157,8 @@ def attempts_table(attempts: list[Attempt]) -> Table:
         "no", "agent", "outcome", "cost", "started", "ended", "evidence", title="attempts"
     )
     for a in sorted(attempts, key=lambda a: a.attempt_no):
-        table.add_row(
+        _row(
+            table,
             str(a.attempt_no),
             a.agent_id,
             a.outcome or "live",
@@ -156,7 +173,7 @@ def attempts_table(attempts: list[Attempt]) -> Table:
 def questions_table(questions: list[Question], title: str = "questions") -> Table:
     table = Table("id", "unit", "status", "question", "answer", title=title)
     for q in questions:
-        table.add_row(q.id, q.unit_id, q.status, q.question, q.answer or "")
+        _row(table, q.id, q.unit_id, q.status, q.question, q.answer or "")
     return table
 
 
@@ -261,7 +278,7 @@ def block(
             emit_json(asked)
             return
         print_unit(asked.unit)
-        console.print(f"question {asked.question.id} is open", highlight=False)
+        console.print(f"question {asked.question.id} is open", markup=False, highlight=False)
 
 
 @app.command()
@@ -363,13 +380,13 @@ def events(
         if as_json:
             emit_json(page)
             return
-        table = Table("id", "at", "unit", "event", "from → to", "agent", "cost", title="events")
+        columns = ["id", "at", "event", "from → to", "agent", "cost"]
+        table = Table(*columns if unit else ["unit", *columns], title="events")
         for e in page.items:
             move = f"{e.from_state or ''} → {e.to_state or ''}" if e.to_state else ""
-            table.add_row(
-                str(e.id), _when(e.created_at), e.unit_id, e.event_type, move,
-                e.agent_id or "", str(e.cost_delta_cents or ""),
-            )  # fmt: skip
+            cells = [str(e.id), _when(e.created_at), e.event_type, move, e.agent_id or ""]
+            cells.append(str(e.cost_delta_cents or ""))
+            _row(table, *cells if unit else [e.unit_id, *cells])
         console.print(table)
         if page.next_cursor:
             console.print(f"more: --cursor {page.next_cursor}", highlight=False)
@@ -433,10 +450,13 @@ def register(
     else:
         console.print(
             f"{file.name}: {created} created, {existing} existing, {len(bad)} bad row(s)",
+            markup=False,
             highlight=False,
         )
         for b in bad:
-            err_console.print(f"  line {b.line}: {b.error}", highlight=False)
+            err_console.print(
+                f"  line {b.line}: {b.error}", markup=False, highlight=False, soft_wrap=True
+            )
     if bad:
         raise typer.Exit(EXIT_ERROR)
 

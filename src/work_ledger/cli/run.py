@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from work_ledger.cli.agent import (
     EXIT_REFUSED,
@@ -48,17 +49,26 @@ def read_result(path: Path) -> tuple[int | None, str | None]:
     try:
         data: Any = json.loads(path.read_text(encoding="utf-8") or "{}")
     except ValueError as exc:
-        err_console.print(f"WL_RESULT_FILE is not JSON ({exc}); ignoring it", highlight=False)
+        err_console.print(
+            f"WL_RESULT_FILE is not JSON ({exc}); ignoring it",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         return None, None
     if not isinstance(data, dict):
-        err_console.print("WL_RESULT_FILE must hold a JSON object; ignoring it")
+        err_console.print("WL_RESULT_FILE must hold a JSON object; ignoring it", soft_wrap=True)
         return None, None
     cost, evidence = data.get("cost_cents"), data.get("evidence_url")
     if cost is not None and (not isinstance(cost, int) or isinstance(cost, bool) or cost < 0):
-        err_console.print(f"cost_cents must be a whole number of cents, not {cost!r}; ignored")
+        err_console.print(
+            f"cost_cents must be a whole number of cents, not {cost!r}; ignored",
+            markup=False,
+            soft_wrap=True,
+        )
         cost = None
     if evidence is not None and not isinstance(evidence, str):
-        err_console.print("evidence_url must be a string link; ignored")
+        err_console.print("evidence_url must be a string link; ignored", soft_wrap=True)
         evidence = None
     return cost or None, evidence or None
 
@@ -83,7 +93,9 @@ def _run_command(command: list[str], env: dict[str, str], work: Work) -> int:
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as exc:
-        err_console.print(f"cannot start {command[0]!r}: {exc}", highlight=False)
+        err_console.print(
+            f"cannot start {command[0]!r}: {exc}", markup=False, highlight=False, soft_wrap=True
+        )
         return 127
 
     def forward(signum: int, _frame: FrameType | None) -> None:
@@ -91,7 +103,9 @@ def _run_command(command: list[str], env: dict[str, str], work: Work) -> int:
             child.send_signal(signum)
 
     def lost(exc: WorkLedgerError) -> None:
-        err_console.print(f"[red]{exc.code}[/red]: {exc.detail}", highlight=False)
+        err_console.print(
+            f"[red]{exc.code}[/red]: {escape(exc.detail)}", highlight=False, soft_wrap=True
+        )
         if child.poll() is None:
             child.terminate()
 
@@ -137,6 +151,7 @@ def run(
         work = client.claim(domain=domain, unit=unit, lease_seconds=lease, wait_seconds=wait)
         err_console.print(
             f"claimed {work.unit.external_ref} (attempt {work.attempt.attempt_no})",
+            markup=False,
             highlight=False,
         )
         with tempfile.TemporaryDirectory(prefix="wl-run-") as scratch:
@@ -151,5 +166,7 @@ def run(
             if cost:
                 work.cost(cost)  # spent money is recorded even on a lost attempt
             raise typer.Exit(EXIT_REFUSED)
-        err_console.print(_settle(work, status, cost, evidence), highlight=False)
+        err_console.print(
+            _settle(work, status, cost, evidence), markup=False, highlight=False, soft_wrap=True
+        )
     raise typer.Exit(128 - status if status < 0 else status)

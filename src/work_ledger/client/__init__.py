@@ -14,7 +14,8 @@ Errors are the server's own classes (`work_ledger.errors`), carrying `invariant`
 """
 
 from work_ledger.client._calls import AGENT_HEADER, DEFAULT_URL
-from work_ledger.client.aio import AsyncClient, AsyncWork
+from work_ledger.client.aio import AsyncClient
+from work_ledger.client.aio_work import AsyncWork
 from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
 from work_ledger.client.models import (
     Asked,
@@ -31,7 +32,8 @@ from work_ledger.client.models import (
     UnitDetail,
     to_json,
 )
-from work_ledger.client.sync import Client, Work
+from work_ledger.client.sync import Client
+from work_ledger.client.work import Work
 
 __all__ = [
     "AGENT_HEADER",
