@@ -100,9 +100,18 @@ def test_close_key_is_one_per_run_and_ordered_after_start() -> None:
     assert _lifecycle("failed")["event_id"] == 12
 
 
+def test_progress_key_is_the_history_length_at_the_call() -> None:
+    """progressed reports are keyed by where the history stands, so each is projected once."""
+    event = _lifecycle("progressed")
+    assert (event["source_event_id"], event["event_id"]) == (
+        "temporal/migrations/wf-1/run-1/12",
+        12,
+    )
+
+
 def test_lifecycle_event_refuses_kinds_it_cannot_observe() -> None:
     """terminated and timed_out cannot be seen from worker code: building one is an error."""
-    with pytest.raises(ValueError, match="forwards started and completed"):
+    with pytest.raises(ValueError, match="forwards started, progressed and completed"):
         _lifecycle("terminated")
 
 

@@ -4,6 +4,9 @@ Keys (the ledger's `source_event_id`), stable across worker restarts and history
 
 - started: `temporal/<namespace>/<workflow_id>/<run_id>/1`, the run's real first history
   event (WorkflowExecutionStarted is event 1 of every run);
+- progressed (reported by the workflow itself, `interceptor.report_progress`):
+  `temporal/<namespace>/<workflow_id>/<run_id>/<history length>`, the history length at
+  the call (two reports within one workflow task share it: the second is a duplicate);
 - the run's close (completed, failed, cancelled): `temporal/<namespace>/<workflow_id>/
   <run_id>/close`. Inside the workflow the close event's id is not known yet, but a run
   closes exactly once, so the key is still exactly-once. Its `event_id` is the history
@@ -39,12 +42,16 @@ def lifecycle_event(
     """One event of the projection's wire format (a JSON-ready dict)."""
     if kind == "started":
         event_id, key = 1, source_event_id(namespace, workflow_id, run_id, 1)
+    elif kind == "progressed":
+        event_id = max(history_length, 2)
+        key = source_event_id(namespace, workflow_id, run_id, event_id)
     elif kind in CLOSE_KINDS:
         event_id = max(history_length, 2)
         key = source_event_id(namespace, workflow_id, run_id, "close")
     else:
         raise ValueError(
-            f"the interceptor forwards started and {', '.join(CLOSE_KINDS)}, not {kind!r}"
+            f"the interceptor forwards started, progressed and {', '.join(CLOSE_KINDS)}, "
+            f"not {kind!r}"
         )
     if occurred_at.tzinfo is None:
         occurred_at = occurred_at.replace(tzinfo=dt.UTC)

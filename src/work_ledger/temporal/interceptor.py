@@ -11,9 +11,10 @@ reconcile` finds what was missed.
 Forwarded: `started` (before the workflow body), then `completed` (with an evidence link:
 the result's `evidence_url`, else the configured template; without one it is not sent,
 since the ledger verifies only with evidence), `failed` (the workflow raised a Temporal
-failure) or `cancelled`. Not forwarded: `progressed`, `terminated` and `timed_out` (no
-worker code runs when a run is terminated or times out); a history exporter or reconcile
-covers them. A run that continues-as-new sends nothing on close: the next run starts.
+failure) or `cancelled`; `progressed` when the workflow calls `report_progress()` (it
+extends the unit's lease). Not forwarded: `terminated` and `timed_out` (no worker code
+runs when a run is terminated or times out); a history exporter or reconcile covers
+them. A run that continues-as-new sends nothing on close: the next run starts.
 
 Needs the `temporal` extra (`pip install 'work-ledger[temporal]'`).
 """
@@ -64,6 +65,21 @@ def close_kind(error: BaseException | None) -> str | None:
     return None
 
 
+async def report_progress(detail: Mapping[str, Any] | None = None) -> None:
+    """Call from workflow code to tell the ledger the run is alive (a `progressed` event).
+
+    Works only on a worker with `WorkLedgerPlugin`; elsewhere it logs and does nothing.
+    """
+    await _forward(_Current.interceptor, "progressed", detail)
+
+
+class _Current:
+    """The interceptor the running workflow was started under (one per worker: a process
+    running two workers with different settings would share the last one set)."""
+
+    interceptor: WorkLedgerInterceptor | None = None
+
+
 class WorkLedgerInterceptor(Interceptor):
     """Forwards every workflow's lifecycle on this worker to the ledger."""
 
@@ -93,6 +109,7 @@ class _LedgerInbound(WorkflowInboundInterceptor):
     interceptor: ClassVar[WorkLedgerInterceptor]
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        _Current.interceptor = self.interceptor
         await self._forward("started")
         try:
             result = await self.next.execute_workflow(input)
@@ -120,24 +137,35 @@ class _LedgerInbound(WorkflowInboundInterceptor):
         return result
 
     async def _forward(self, kind: str, detail: Mapping[str, Any] | None = None) -> None:
-        info = workflow.info()
-        event = lifecycle_event(
-            kind,
-            namespace=info.namespace,
-            workflow_id=info.workflow_id,
-            run_id=info.run_id,
-            occurred_at=workflow.now(),
-            history_length=info.get_current_history_length(),
-            detail=detail,
+        await _forward(self.interceptor, kind, detail)
+
+
+async def _forward(
+    interceptor: WorkLedgerInterceptor | None, kind: str, detail: Mapping[str, Any] | None
+) -> None:
+    info = workflow.info()
+    if interceptor is None:
+        workflow.logger.warning(
+            "work-ledger: no WorkLedgerPlugin on this worker; %s not sent", kind
         )
-        try:
-            await workflow.execute_local_activity(
-                ACTIVITY_NAME,
-                [event],
-                start_to_close_timeout=self.interceptor.start_to_close,
-                retry_policy=self.interceptor.retry_policy,
-            )
-        except Exception as exc:  # the ledger must never fail the business workflow
-            workflow.logger.warning(
-                "work-ledger: could not project %s of %s: %s", kind, info.workflow_id, exc
-            )
+        return
+    event = lifecycle_event(
+        kind,
+        namespace=info.namespace,
+        workflow_id=info.workflow_id,
+        run_id=info.run_id,
+        occurred_at=workflow.now(),
+        history_length=info.get_current_history_length(),
+        detail=detail,
+    )
+    try:
+        await workflow.execute_local_activity(
+            ACTIVITY_NAME,
+            [event],
+            start_to_close_timeout=interceptor.start_to_close,
+            retry_policy=interceptor.retry_policy,
+        )
+    except Exception as exc:  # the ledger must never fail the business workflow
+        workflow.logger.warning(
+            "work-ledger: could not project %s of %s: %s", kind, info.workflow_id, exc
+        )
