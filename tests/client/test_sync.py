@@ -178,3 +178,35 @@ def test_unreachable_server_raises_after_retries() -> None:
         pytest.raises(Unreachable, match=r"127\.0\.0\.1:9"),
     ):
         client.claim_next()
+
+
+class Unavailable503Once(httpx.BaseTransport):
+    """Answers the first write with 503 (as a server whose database is away would)."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.keys: list[str | None] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            self.keys.append(request.headers.get("idempotency-key"))
+            if len(self.keys) == 1:
+                body = b'{"code": "unavailable", "status": 503, "detail": "database away"}'
+                return httpx.Response(503, content=body, request=request)
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_retry_after_503_reuses_key_and_acts_once(operator: Client, ledger_server: object) -> None:
+    """A 503 is retried with the same Idempotency-Key; the write happens once."""
+    operator.register([{"external_ref": "u1", "fleet": "f"}])
+    transport = Unavailable503Once()
+    token = ledger_server.token("agent", "agent-1")  # type: ignore[attr-defined]
+    with Client(operator.url, token, transport=transport, backoff=0.01) as flaky:
+        got = flaky.claim_next()
+    assert got.unit is not None
+    assert len(transport.keys) == 2
+    assert transport.keys[0] == transport.keys[1]
+    assert operator.get_unit("u1").unit.attempt_count == 1

@@ -62,6 +62,11 @@ class Call(Generic[T]):
         return {} if self.key is None else {IDEMPOTENCY_HEADER: self.key}
 
 
+def retryable(status: int, body: bytes) -> bool:
+    """503 (database away) and a write still running under the same key are worth a retry."""
+    return status == 503 or (status == 409 and b"idempotency_key_in_flight" in body)
+
+
 def backoff_delay(retry: int, base: float) -> float:
     """Exponential backoff with jitter, capped at 5 seconds."""
     return float(min(5.0, base * 2**retry) * random.uniform(0.5, 1.0))

@@ -30,6 +30,13 @@ class WorkState:
     lost: WorkLedgerError | None = None
 
     def update(self, unit: Unit, attempt: Attempt) -> None:
+        """Take a newer view of the unit; an older one (a heartbeat answered late) is ignored."""
+        if (
+            unit.updated_at is not None
+            and self.unit.updated_at is not None
+            and unit.updated_at < self.unit.updated_at
+        ):
+            return
         self.unit, self.attempt = unit, attempt
 
     def end(self) -> None:

@@ -95,7 +95,7 @@ class AsyncClient:
                         "WL_URL points at it"
                     ) from exc
             else:
-                if response.status_code != 503 or last:
+                if last or not calls.retryable(response.status_code, response.content):
                     if response.is_success:
                         return call.parse(response.json())
                     raise error_from_response(response.status_code, response.content)

@@ -101,7 +101,7 @@ class Client:
                         "WL_URL points at it"
                     ) from exc
             else:
-                if response.status_code != 503 or last:
+                if last or not calls.retryable(response.status_code, response.content):
                     return self._answer(call, response)
             time.sleep(calls.backoff_delay(retry, self.backoff))
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
