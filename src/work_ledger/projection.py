@@ -238,6 +238,9 @@ class Projector:
         if e.type not in EVENT_TYPES:
             raise InvalidInput(f"{where}.type {e.type!r} is not one of {', '.join(EVENT_TYPES)}")
         _bounded(f"{where}.workflow_id", e.workflow_id)
+        for name, value in (("namespace", e.namespace), ("run_id", e.run_id)):
+            if value is not None:
+                _bounded(f"{where}.{name}", value)
         if e.occurred_at.tzinfo is None:
             raise InvalidInput(
                 f"{where}.occurred_at has no time zone; send it with one, e.g. 2026-01-31T12:00:00Z"
@@ -281,10 +284,12 @@ class Projector:
                 f"{where} has no source_event_id; send one, or send run_id and event_id "
                 "(with namespace) so the ledger builds it"
             )
-        _bounded(f"{where}.run_id", e.run_id)
         for name, value in (("namespace", e.namespace), ("run_id", e.run_id)):
-            if value is not None and ("/" in value or not value):
-                raise InvalidInput(f"{where}.{name} {value!r} may not be empty or contain '/'")
+            if value is not None and "/" in value:
+                raise InvalidInput(
+                    f"{where}.{name} {value[:200]!r} may not contain '/' (it separates the "
+                    "parts of the source_event_id); send source_event_id yourself instead"
+                )
         return build_source_event_id(e.namespace, e.workflow_id, e.run_id, e.event_id)
 
     # -- one event, one transaction --------------------------------------------------------

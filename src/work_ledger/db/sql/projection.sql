@@ -12,7 +12,7 @@ SELECT u.id FROM work_units AS u WHERE u.workflow_id = $1 FOR NO KEY UPDATE;
 -- $1 unit id (locked above), $2 source_event_id. Read after the lock, so it sees every
 -- delivery committed before ours: the unit, its live attempt, whether this event was
 -- already recorded, and the newest projected event so far (the ordering key: occurred_at,
--- then the run's event id, then source_event_id).
+-- then the run's event id, then source_event_id by code point, as Python compares it).
 SELECT u AS unit, a AS attempt,
        EXISTS (SELECT 1 FROM work_unit_events AS d WHERE d.source_event_id = $2) AS seen,
        n.occurred_at AS newest_occurred_at, n.event_id AS newest_event_id,
@@ -22,7 +22,7 @@ LEFT JOIN work_unit_attempts AS a ON a.unit_id = u.id AND a.outcome IS NULL
 LEFT JOIN LATERAL (
     SELECT (e.detail ->> 'occurred_at')::timestamptz AS occurred_at,
            coalesce((e.detail ->> 'event_id')::bigint, 0) AS event_id,
-           e.source_event_id
+           e.source_event_id COLLATE "C" AS source_event_id
     FROM work_unit_events AS e
     WHERE e.unit_id = u.id AND e.event_type = 'projected' AND e.source_event_id IS NOT NULL
     ORDER BY 1 DESC, 2 DESC, 3 DESC
