@@ -112,3 +112,21 @@ async def test_mcp_ask_returns_the_answer(ledger_server: LedgerServer, operator:
         shown = json.loads(text(await call(session, "show")))
     assert "Answer: use EUR" in text(asked)
     assert shown["unit"]["state"] == "in_progress"
+
+
+async def test_mcp_claim_twice_resumes_then_release(
+    ledger_server: LedgerServer, operator: Client
+) -> None:
+    """A second claim returns the unit already held; release gives it back, attempt failed."""
+    operator.register([{"external_ref": "u1", "fleet": "f"}, {"external_ref": "u2", "fleet": "f"}])
+    async with in_process(ledger_server) as session:
+        await call(session, "claim")
+        again = await call(session, "claim")
+        assert "Claimed unit u1 (you already held it)" in text(again)
+        released = await call(session, "release", reason="tests keep failing")
+        assert "Released u1" in text(released)
+        nothing_held = await call(session, "verify", evidence_url=EVIDENCE)
+    assert nothing_held.is_error
+    assert text(nothing_held).startswith("no_unit: ")
+    detail = operator.get_unit("u1")
+    assert (detail.unit.state, detail.attempts[0].outcome) == ("ready", "failed")

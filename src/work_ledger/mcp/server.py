@@ -73,7 +73,11 @@ class Session:
         if self._client is not None:
             await self._client.aclose()
 
-    def hold(self, work: AsyncWork) -> None:
+    async def hold(self, work: AsyncWork) -> None:
+        """Heartbeat `work` from now on (replacing an older hold of the same unit)."""
+        older = self.works.get(work.unit.id)
+        if older is not None and older is not work:
+            await older.stop_heartbeat()
         work.start_heartbeat()
         self.works[work.unit.id] = work
 
@@ -99,7 +103,7 @@ class Session:
                 "attempt of it is running; claim it first (claim with unit=...)"
             )
         work = AsyncWork(self.client, Claim(detail.unit, live))
-        self.hold(work)
+        await self.hold(work)
         return work
 
     async def guard(self, action: Awaitable[str]) -> CallToolResult:
@@ -161,7 +165,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
             work = await session.client.claim_work(
                 domain=domain, unit=unit, wait_seconds=wait_seconds or None
             )
-            session.hold(work)
+            await session.hold(work)
             again = " (you already held it)" if work.resumed else ""
             return (
                 f"Claimed unit {work.unit.external_ref}{again}: id {work.unit.id}, attempt "
