@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import pytest
 from api_support import Api, MakeApi, assert_problem, claimed, register
 
 from work_ledger.auth import Role
@@ -19,34 +18,32 @@ async def _written(operator: httpx.AsyncClient) -> tuple[int, int]:
     return len(units), len(events)
 
 
-@pytest.mark.parametrize(
-    ("body", "where"),
-    [
-        ('{"units": [', "JSON"),
-        ("[]", "body"),
-        ('{"units": "a"}', "units"),
-        ('{"units": []}', "units"),
-        ('{"units": [{"external_ref": "a"}]}', "fleet"),
-        ('{"units": [{"external_ref": 5, "fleet": "f"}]}', "external_ref"),
-        ('{"units": [{"external_ref": "' + "x" * 257 + '", "fleet": "f"}]}', "external_ref"),
-        ('{"units": [{"external_ref": "", "fleet": "f"}]}', "external_ref"),
-        ('{"units": [{"external_ref": "a", "fleet": "f", "owner": "me"}]}', "owner"),
-        ('{"units": [{"external_ref": "a", "fleet": "f"}], "force": true}', "force"),
-        ("", "body"),
-        ("null", "body"),
-        (
-            '{"units": [{"external_ref": "a", "fleet": "f"}, {"external_ref": "a", "fleet": "f"}]}',
-            "twice",
-        ),
-    ],
-)
-async def test_bad_register_bodies_are_422(
-    api: Api, operator: httpx.AsyncClient, body: str, where: str
-) -> None:
+BAD_REGISTER_BODIES = [
+    ('{"units": [', "JSON"),
+    ("[]", "body"),
+    ('{"units": "a"}', "units"),
+    ('{"units": []}', "units"),
+    ('{"units": [{"external_ref": "a"}]}', "fleet"),
+    ('{"units": [{"external_ref": 5, "fleet": "f"}]}', "external_ref"),
+    ('{"units": [{"external_ref": "' + "x" * 257 + '", "fleet": "f"}]}', "external_ref"),
+    ('{"units": [{"external_ref": "", "fleet": "f"}]}', "external_ref"),
+    ('{"units": [{"external_ref": "a", "fleet": "f", "owner": "me"}]}', "owner"),
+    ('{"units": [{"external_ref": "a", "fleet": "f"}], "force": true}', "force"),
+    ("", "body"),
+    ("null", "body"),
+    (
+        '{"units": [{"external_ref": "a", "fleet": "f"}, {"external_ref": "a", "fleet": "f"}]}',
+        "twice",
+    ),
+]
+
+
+async def test_bad_register_bodies_are_422(api: Api, operator: httpx.AsyncClient) -> None:
     """Malformed JSON, wrong types, bounds and unknown fields: 422, no unit registered."""
-    response = await operator.post("/units", content=body, headers=JSON)
-    problem = assert_problem(response, 422, "invalid_input")
-    assert where in problem["detail"]
+    for body, where in BAD_REGISTER_BODIES:
+        response = await operator.post("/units", content=body, headers=JSON)
+        problem = assert_problem(response, 422, "invalid_input")
+        assert where in problem["detail"], (body[:80], problem["detail"])
     assert await _written(operator) == (0, 0)
 
 
@@ -57,56 +54,57 @@ async def test_register_batch_over_1000_is_422(api: Api, operator: httpx.AsyncCl
     assert await _written(operator) == (0, 0)
 
 
-@pytest.mark.parametrize(
-    ("path", "body"),
-    [
-        ("/units/claim", {"lease_seconds": 0}),
-        ("/units/claim", {"lease_seconds": 86401}),
-        ("/units/claim", {"lease_seconds": "60"}),
-        ("/units/claim", {"wait_seconds": 61}),
-        ("/units/claim", {"wait_seconds": -1}),
-        ("/units/claim", {"domain": "d" * 257}),
-        ("/units/claim", {"agent_id": "someone-else"}),
-        ("/units/{unit}/transition", {"to": "done"}),
-        ("/units/{unit}/transition", {"to": "verified"}),
-        ("/units/{unit}/transition", {"to": "verified", "evidence_url": "ftp://ci.example/1"}),
-        ("/units/{unit}/transition", {"to": "verified", "evidence_url": "javascript:alert(1)"}),
-        ("/units/{unit}/transition", {"to": "verified", "evidence_url": "not a url"}),
-        ("/units/{unit}/transition", {"to": "verified", "evidence_url": "https://"}),
-        (
-            "/units/{unit}/transition",
-            {"to": "verified", "evidence_url": "https://ci.example/" + "x" * 2040},
-        ),
-        ("/units/{unit}/transition", {"to": "ready", "outcome": "verified"}),
-        ("/units/{unit}/transition", {"to": "in_progress", "reason": "r" * 2001}),
-        ("/units/{unit}/transition", {"to": "in_progress", "attempt_id": "not-a-uuid"}),
-        ("/units/{unit}/block", {"question": ""}),
-        ("/units/{unit}/block", {"question": "q" * 8001}),
-        (
-            "/units/{unit}/dispose",
-            {"disposition": "MIGRATED", "evidence_url": "file:///etc/passwd"},
-        ),
-        ("/units/{unit}/dispose", {"disposition": "FINISHED"}),
-        ("/attempts/{attempt}/cost", {"cost_cents": 0}),
-        ("/attempts/{attempt}/cost", {"cost_cents": -5}),
-        ("/attempts/{attempt}/cost", {"cost_cents": "abc"}),
-        ("/attempts/{attempt}/cost", {"cost_cents": 1.5}),
-        ("/attempts/{attempt}/cost", {"cost_cents": True}),
-        ("/attempts/{attempt}/cost", {}),
-        ("/attempts/{attempt}/heartbeat", {"lease_seconds": 10**9}),
-        ("/attempts/not-a-uuid/heartbeat", {}),
-    ],
-)
+BAD_WRITES: list[tuple[str, dict[str, Any]]] = [
+    ("/units/claim", {"lease_seconds": 0}),
+    ("/units/claim", {"lease_seconds": 86401}),
+    ("/units/claim", {"lease_seconds": "60"}),
+    ("/units/claim", {"wait_seconds": 61}),
+    ("/units/claim", {"wait_seconds": -1}),
+    ("/units/claim", {"domain": "d" * 257}),
+    ("/units/claim", {"agent_id": "someone-else"}),
+    ("/units/{unit}/transition", {"to": "done"}),
+    ("/units/{unit}/transition", {"to": "verified"}),
+    ("/units/{unit}/transition", {"to": "verified", "evidence_url": "ftp://ci.example/1"}),
+    ("/units/{unit}/transition", {"to": "verified", "evidence_url": "javascript:alert(1)"}),
+    ("/units/{unit}/transition", {"to": "verified", "evidence_url": "not a url"}),
+    ("/units/{unit}/transition", {"to": "verified", "evidence_url": "https://"}),
+    (
+        "/units/{unit}/transition",
+        {"to": "verified", "evidence_url": "https://ci.example/" + "x" * 2040},
+    ),
+    ("/units/{unit}/transition", {"to": "ready", "outcome": "verified"}),
+    ("/units/{unit}/transition", {"to": "in_progress", "reason": "r" * 2001}),
+    ("/units/{unit}/transition", {"to": "in_progress", "attempt_id": "not-a-uuid"}),
+    ("/units/{unit}/block", {"question": ""}),
+    ("/units/{unit}/block", {"question": "q" * 8001}),
+    (
+        "/units/{unit}/dispose",
+        {"disposition": "MIGRATED", "evidence_url": "file:///etc/passwd"},
+    ),
+    ("/units/{unit}/dispose", {"disposition": "FINISHED"}),
+    ("/attempts/{attempt}/cost", {"cost_cents": 0}),
+    ("/attempts/{attempt}/cost", {"cost_cents": -5}),
+    ("/attempts/{attempt}/cost", {"cost_cents": "abc"}),
+    ("/attempts/{attempt}/cost", {"cost_cents": 1.5}),
+    ("/attempts/{attempt}/cost", {"cost_cents": True}),
+    ("/attempts/{attempt}/cost", {}),
+    ("/attempts/{attempt}/heartbeat", {"lease_seconds": 10**9}),
+    ("/attempts/not-a-uuid/heartbeat", {}),
+]
+
+
 async def test_bad_write_bodies_are_422_and_change_nothing(
-    api: Api, operator: httpx.AsyncClient, path: str, body: dict[str, Any]
+    api: Api, operator: httpx.AsyncClient
 ) -> None:
     """Each bad write to a live unit is a 422 problem; the unit and the log are unchanged."""
     await register(operator, "a")
     agent = await api.as_role(Role.AGENT, "agent-1")
     unit, attempt = await claimed(agent, start=True)
     before = (await _written(operator), (await operator.get(f"/units/{unit}")).json())
-    response = await agent.post(path.format(unit=unit, attempt=attempt), json=body)
-    assert_problem(response, 422)
+    for path, body in BAD_WRITES:
+        response = await agent.post(path.format(unit=unit, attempt=attempt), json=body)
+        assert response.status_code == 422, (path, body, response.text)
+        assert_problem(response, 422)
     after = (await _written(operator), (await operator.get(f"/units/{unit}")).json())
     assert after == before
 
@@ -142,26 +140,26 @@ async def test_body_over_1_mib_is_413(api: Api, operator: httpx.AsyncClient) -> 
     assert await _written(operator) == (0, 0)
 
 
-@pytest.mark.parametrize(
-    ("path", "params"),
-    [
-        ("/units", {"limit": 0}),
-        ("/units", {"limit": 501}),
-        ("/units", {"limit": "ten"}),
-        ("/units", {"state": "finished"}),
-        ("/units", {"cursor": "garbage"}),
-        ("/events", {"cursor": "abc"}),
-        ("/questions", {"wait_seconds": 61}),
-        ("/questions", {"status": "pending"}),
-        ("/questions/not-a-uuid", {}),
-        ("/units/" + "x" * 300, {}),
-    ],
-)
-async def test_bad_queries_are_422(
-    operator: httpx.AsyncClient, path: str, params: dict[str, Any]
-) -> None:
+BAD_QUERIES: list[tuple[str, dict[str, Any]]] = [
+    ("/units", {"limit": 0}),
+    ("/units", {"limit": 501}),
+    ("/units", {"limit": "ten"}),
+    ("/units", {"state": "finished"}),
+    ("/units", {"cursor": "garbage"}),
+    ("/events", {"cursor": "abc"}),
+    ("/questions", {"wait_seconds": 61}),
+    ("/questions", {"status": "pending"}),
+    ("/questions/not-a-uuid", {}),
+    ("/units/" + "x" * 300, {}),
+]
+
+
+async def test_bad_queries_are_422(operator: httpx.AsyncClient) -> None:
     """Out-of-bounds or malformed query parameters are 422 problem+json."""
-    assert_problem(await operator.get(path, params=params), 422, "invalid_input")
+    for path, params in BAD_QUERIES:
+        response = await operator.get(path, params=params)
+        assert response.status_code == 422, (path, params, response.text)
+        assert_problem(response, 422, "invalid_input")
 
 
 async def test_wrong_method_is_405_problem(operator: httpx.AsyncClient) -> None:
