@@ -372,6 +372,29 @@ async def test_shuffled_delivery_ends_in_the_in_order_state(
     assert await ledger.audit() == []
 
 
+async def test_concurrent_shuffled_deliveries_end_in_the_in_order_state(
+    ledger: Ledger, projectors: list[Projector]
+) -> None:
+    """Four connections each deliver their own shuffle at once: once each, in-order result."""
+    streams = _streams("wf")
+    await register_workflows(ledger, *(s.workflow_id for s in streams))
+    events = [e for s in streams for e in s.events]
+    orders = [random.Random(seed).sample(events, len(events)) for seed in range(4)]
+    reports = await asyncio.gather(*(p.project(o) for p, o in zip(projectors, orders, strict=True)))
+    recorded = sum(len(r.results) - r.count(EventOutcome.DUPLICATE) for r in reports)
+    finals = [(await _state(ledger, s.workflow_id))[:2] for s in streams]
+    assert recorded == len(events)
+    assert finals == [
+        (State.VERIFIED, None),
+        (State.VERIFIED, None),
+        (State.READY, None),
+        (State.ABANDONED, Disposition.DEFERRED),
+        (State.ABANDONED, Disposition.DEFERRED),
+        (State.IN_PROGRESS, None),
+    ]
+    assert await ledger.audit() == []
+
+
 async def test_operator_release_is_followed_by_the_workflow_claiming_again(
     ledger: Ledger, projector: Projector
 ) -> None:
