@@ -206,6 +206,17 @@ async def test_older_event_never_moves_the_unit_back(ledger: Ledger, projector: 
     assert await _state(ledger, "wf-1") == (State.VERIFIED, None, 1)
 
 
+async def test_event_id_orders_events_of_the_same_instant(
+    ledger: Ledger, projector: Projector
+) -> None:
+    """Same occurred_at: the lower event id of the run is the older one, hence stale."""
+    await register_workflows(ledger, "wf-1")
+    done = _event("wf-1", "completed", 9, evidence_url=EVIDENCE)
+    start = WorkflowEvent("wf-1", "started", done.occurred_at, run_id="run-1", event_id=1)
+    report = await projector.project([done, start])
+    assert [r.outcome for r in report.results] == [EventOutcome.APPLIED, EventOutcome.STALE]
+
+
 async def test_unknown_workflow_is_reported_not_recorded(
     ledger: Ledger, projector: Projector, raw: asyncpg.Connection
 ) -> None:
