@@ -210,6 +210,8 @@ async def _outcome_of(handler: Handler, request: Request) -> Response:
     try:
         return await handler(request)
     except WorkLedgerError as exc:
+        if exc.unit_id is not None:
+            request.state.unit_id = exc.unit_id
         return problems.error_response(exc)
     except RequestValidationError as exc:
         return problems.validation_response(exc)

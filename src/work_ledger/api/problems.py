@@ -140,8 +140,10 @@ def http_response(exc: StarletteHTTPException) -> JSONResponse:
 def install(app: FastAPI) -> None:
     """One handler per kind of error: ledger errors, validation errors, HTTP errors."""
 
-    async def on_ledger_error(_: Request, exc: Exception) -> JSONResponse:
+    async def on_ledger_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, WorkLedgerError)
+        if exc.unit_id is not None:  # the access log names the refused unit
+            request.state.unit_id = exc.unit_id
         return error_response(exc)
 
     async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
