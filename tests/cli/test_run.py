@@ -142,3 +142,31 @@ def test_run_nothing_to_claim_exits_3(run_server: LedgerServer, tmp_path: Path) 
     assert status == 3
     assert "nothing_to_claim" in err
     assert not marker.exists()
+
+
+def test_run_lost_claim_stops_command(
+    run_server: LedgerServer, operator: Client, tmp_path: Path
+) -> None:
+    """`run` stalls past its lease and a rival reclaims: CMD is terminated, exit 4."""
+    operator.register([{"external_ref": "u1", "fleet": "f"}])
+    started = tmp_path / "started"
+    script = f"touch {started}; while true; do sleep 0.1; done"
+    child = launch(run_server, tmp_path, "--lease", "1", "--", "sh", "-c", script)
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(1.5)
+        with Client(run_server.url, run_server.token("agent", "rival")) as rival:
+            assert rival.claim_next().unit is not None
+    finally:
+        child.send_signal(signal.SIGCONT)
+    _, err = child.communicate(timeout=30)
+    assert child.returncode == 4, err
+    assert "attempt_superseded" in err
+    detail = operator.get_unit("u1")
+    assert (detail.unit.claimed_by, [a.outcome for a in detail.attempts]) == (
+        "rival",
+        ["superseded", None],
+    )
