@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -21,6 +22,7 @@ from work_ledger.errors import WorkLedgerError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_BASE = "urn:work-ledger:problem:"
+log = structlog.get_logger("work_ledger.api")
 
 
 class Problem(BaseModel):
@@ -154,7 +156,18 @@ def install(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         return http_response(exc)
 
+    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.error("unexpected_error", error=f"{type(exc).__name__}: {exc}")
+        return problem_response(
+            500,
+            "internal_error",
+            "Internal error",
+            "the ledger failed unexpectedly and this request may not have been applied; retry "
+            "it with the same Idempotency-Key, and report it if it keeps failing",
+        )
+
     app.add_exception_handler(WorkLedgerError, on_ledger_error)
+    app.add_exception_handler(Exception, on_unexpected)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
 
