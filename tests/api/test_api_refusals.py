@@ -191,3 +191,19 @@ async def test_unknown_unit_attempt_question_are_404(api: Api, operator: httpx.A
     assert_problem(await operator.post(f"/attempts/{missing}/heartbeat", json={}), 404, "not_found")
     assert_problem(await operator.get(f"/questions/{missing}"), 404, "not_found")
     assert_problem(await operator.get("/no/such/endpoint"), 404, "not_found")
+
+
+async def test_every_409_names_invariant_unit_state_allowed(
+    api: Api, operator: httpx.AsyncClient
+) -> None:
+    """A refusal that concerns no single unit still carries the four keys (null)."""
+    await operator.post(
+        "/units", json={"units": [{"external_ref": "a", "fleet": "f", "workflow_id": "wf-1"}]}
+    )
+    response = await operator.post(
+        "/units", json={"units": [{"external_ref": "b", "fleet": "f", "workflow_id": "wf-1"}]}
+    )
+    body = assert_problem(response, 409)
+    assert body["invariant"] == "unit_workflow_id_unique"
+    assert (body["unit_id"], body["state"], body["allowed"]) == (None, None, [])
+    assert [u["external_ref"] for u in (await operator.get("/units")).json()["items"]] == ["a"]

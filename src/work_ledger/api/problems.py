@@ -52,7 +52,7 @@ def problem_body(status: int, code: str, title: str, detail: str, **extra: Any) 
         "detail": detail,
         "code": code,
     }
-    body.update({k: v for k, v in extra.items() if v is not None})
+    body.update(extra)
     return body
 
 
@@ -76,6 +76,8 @@ def problem_response(
 def error_response(exc: WorkLedgerError) -> JSONResponse:
     extra: dict[str, Any] = dict(exc.extra)
     if exc.status == 409 or exc.invariant is not None:
+        # A refusal always names the rule, the unit, its state and what is allowed next
+        # (null when it concerns no single unit).
         extra.update(invariant=exc.invariant, unit_id=exc.unit_id, state=exc.state)
         extra["allowed"] = list(exc.allowed)
     elif exc.unit_id is not None:

@@ -47,7 +47,7 @@ from work_ledger.service import Ledger
 router = APIRouter(
     tags=["units"],
     route_class=IdempotentRoute,
-    responses=problems.WRITE_RESPONSES,
+    responses=problems.READ_RESPONSES,
 )
 UnitRef = Annotated[
     str,
@@ -57,7 +57,7 @@ LedgerDep = Annotated[Ledger, Depends(ledger)]
 Writes = [Depends(idempotency_header)]
 
 
-@router.post("/units", dependencies=Writes)
+@router.post("/units", dependencies=Writes, responses=problems.WRITE_RESPONSES)
 async def register_units(
     body: RegisterIn,
     svc: LedgerDep,
@@ -83,7 +83,7 @@ def _claim_out(request: Request, claim: Claim) -> ClaimOut:
     )
 
 
-@router.post("/units/claim", dependencies=Writes)
+@router.post("/units/claim", dependencies=Writes, responses=problems.WRITE_RESPONSES)
 async def claim_next(
     request: Request,
     body: ClaimIn,
@@ -106,7 +106,7 @@ async def claim_next(
         await notifier.wait(wake, remaining)
 
 
-@router.post("/units/{unit:path}/claim", dependencies=Writes)
+@router.post("/units/{unit:path}/claim", dependencies=Writes, responses=problems.WRITE_RESPONSES)
 async def claim_named(
     request: Request,
     unit: UnitRef,
@@ -120,7 +120,9 @@ async def claim_named(
     return UnitAttemptOut.model_validate({"unit": out.unit, "attempt": out.attempt})
 
 
-@router.post("/units/{unit:path}/transition", dependencies=Writes)
+@router.post(
+    "/units/{unit:path}/transition", dependencies=Writes, responses=problems.WRITE_RESPONSES
+)
 async def transition(
     request: Request,
     unit: UnitRef,
@@ -167,7 +169,12 @@ async def transition(
     )
 
 
-@router.post("/units/{unit:path}/block", status_code=201, dependencies=Writes)
+@router.post(
+    "/units/{unit:path}/block",
+    status_code=201,
+    dependencies=Writes,
+    responses=problems.WRITE_RESPONSES,
+)
 async def block(
     request: Request,
     unit: UnitRef,
@@ -189,7 +196,7 @@ async def block(
     )
 
 
-@router.post("/units/{unit:path}/unblock", dependencies=Writes)
+@router.post("/units/{unit:path}/unblock", dependencies=Writes, responses=problems.WRITE_RESPONSES)
 async def unblock(
     request: Request,
     unit: UnitRef,
@@ -207,7 +214,7 @@ async def unblock(
     )
 
 
-@router.post("/units/{unit:path}/dispose", dependencies=Writes)
+@router.post("/units/{unit:path}/dispose", dependencies=Writes, responses=problems.WRITE_RESPONSES)
 async def dispose(
     request: Request,
     unit: UnitRef,
@@ -228,7 +235,7 @@ async def dispose(
     return DisposeOut.model_validate({"unit": found}, from_attributes=True)
 
 
-@router.get("/units", responses=problems.READ_RESPONSES)
+@router.get("/units")
 async def list_units(
     svc: LedgerDep,
     _: Reader,
@@ -253,7 +260,7 @@ async def list_units(
     )
 
 
-@router.get("/units/{unit:path}", responses=problems.READ_RESPONSES)
+@router.get("/units/{unit:path}")
 async def get_unit(request: Request, unit: UnitRef, svc: LedgerDep, _: Reader) -> UnitDetailOut:
     """One unit with its attempts and questions."""
     detail = await svc.get_unit(unit)
