@@ -125,3 +125,50 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
         )
     )
     return out
+
+
+PAIRS = [
+    ("claims", "ledger_sql_claim", "raw_ledger_claim"),
+    ("claims", "service_claim", "ledger_sql_claim"),
+    ("claims", "service_claim", "raw_ledger_claim"),
+    ("claims", "service_claim_finish", "raw_ledger_claim_finish"),
+    ("claims", "service_life", "raw_ledger_life"),
+    ("claims", "raw_ledger_claim", "raw_bare_claim"),
+    ("http", "http_claim", "asgi_raw_claim"),
+    ("http", "http_life", "asgi_raw_life"),
+]
+
+
+def _cpu_per_item(m: dict[str, Any] | None) -> float | None:
+    if not m:
+        return None
+    parts = [m.get(k) for k in ("client_cpu_ms_per_item", "server_cpu_ms_per_item")]
+    parts.append(m.get("app_cpu_ms_per_item") or 0.0)
+    return None if any(p is None for p in parts) else sum(parts)  # type: ignore[arg-type]
+
+
+def cost_ratios(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
+    """Throughput and CPU-per-item ratios of each configuration against its limit.
+
+    CPU per item (client + PostgreSQL + app) barely moves when other work competes for
+    the cores, so it is the steadier of the two on a shared machine.
+    """
+    rows = []
+    for section, ours, limit in PAIRS:
+        med = _get(result, section, "median") or {}
+        for c in levels:
+            a, b = _get(med, ours, str(c)), _get(med, limit, str(c))
+            if not a or not b:
+                continue
+            rows.append(
+                {
+                    "ours": ours,
+                    "limit": limit,
+                    "c": c,
+                    "throughput_ratio": _ratio(a["items_per_s"], b["items_per_s"]),
+                    "cpu_ms_per_item": _cpu_per_item(a),
+                    "limit_cpu_ms_per_item": _cpu_per_item(b),
+                    "cpu_ratio": _ratio(_cpu_per_item(a), _cpu_per_item(b)),
+                }
+            )
+    return rows

@@ -23,8 +23,8 @@ def _n(x: Any, digits: int = 0) -> str:
 def claims_table(claims: dict[str, Any]) -> list[str]:
     lines = [
         "| config | c | items/s | claim p50 ms | claim p99 ms | client CPU % | server CPU % "
-        "| other CPU % | client ms/item | server ms/item |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| other CPU % | client ms/item | server ms/item | first use s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, by_c in claims["median"].items():
         for c, m in by_c.items():
@@ -32,7 +32,8 @@ def claims_table(claims: dict[str, Any]) -> list[str]:
                 f"| {name} | {c} | {_n(m['items_per_s'])} | {_n(m['claim_p50_ms'], 2)} "
                 f"| {_n(m['claim_p99_ms'], 2)} | {_n(m['client_cpu_pct'])} "
                 f"| {_n(m['server_cpu_pct'])} | {_n(m['other_cpu_pct'])} "
-                f"| {_n(m['client_cpu_ms_per_item'], 3)} | {_n(m['server_cpu_ms_per_item'], 3)} |"
+                f"| {_n(m['client_cpu_ms_per_item'], 3)} | {_n(m['server_cpu_ms_per_item'], 3)} "
+                f"| {_n(m.get('first_use_s'), 2)} |"
             )
     lines += ["", "What one item's measured loop includes:", ""]
     lines += [f"- `{name}`: {cfg['loop']}" for name, cfg in claims["configs"].items()]
@@ -70,6 +71,24 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
         "",
         *goals_table(result["goals"]),
     ]
+    if result.get("ratios"):
+        lines += [
+            "",
+            "## Ratios against the limits",
+            "",
+            "Throughput ratio (ours ÷ limit, higher is better) and CPU per item (client + "
+            "PostgreSQL + app, ms; lower is better, and steadier under outside load).",
+            "",
+            "| ours | limit | c | throughput ratio | ours CPU ms/item | limit CPU ms/item "
+            "| CPU ratio |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in result["ratios"]:
+            lines.append(
+                f"| {r['ours']} | {r['limit']} | {r['c']} | {_n(r['throughput_ratio'], 2)} "
+                f"| {_n(r['cpu_ms_per_item'], 3)} | {_n(r['limit_cpu_ms_per_item'], 3)} "
+                f"| {_n(r['cpu_ratio'], 2)} |"
+            )
     if "claims" in result:
         lines += [
             "",

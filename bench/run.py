@@ -64,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="claims,diagnostics,scale,http,longpoll,soak",
         help="which parts to run",
     )
+    p.add_argument("--soak-lives", type=int, default=0, help="soak size (default by mode)")
+    p.add_argument("--events", type=int, default=0, help="event-log size (default by mode)")
     p.add_argument("--quick", action="store_true", help="smaller sizes (documented in README)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, c=1,16, one repetition")
     p.add_argument("--out", default=str(HERE / "results"), help="where the JSON goes")
@@ -176,6 +178,7 @@ async def run_scale(server: Server, args: argparse.Namespace) -> dict[str, Any]:
         sizes, events = {"small": 1_000, "large": 1_000_000}, 10_000_000
     out: dict[str, Any] = {}
     out["claim"] = await scale.claim_by_backlog(server, TEMPLATES["ledger"], sizes, args)
+    events = args.events or events
     out["events"] = await scale.event_pages(server, TEMPLATES["ledger"], events, args.reps)
     return out
 
@@ -269,13 +272,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             server, tokens, waiters, rounds, per_round, home
         )
     if "soak" in args.section_set:
-        lives = 2_000 if args.smoke else 20_000 if args.quick else 200_000
+        lives = args.soak_lives or (2_000 if args.smoke else 20_000 if args.quick else 200_000)
         result["soak"] = await endurance.soak(server, TEMPLATES["ledger"], lives, 16)
     if "scale" in args.section_set:
         result["scale"] = await run_scale(server, args)
     result["load_average_end"] = load_average()
     result["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     result["goals"] = goals.evaluate(result, args.levels)
+    result["ratios"] = goals.cost_ratios(result, args.levels)
     return result
 
 
