@@ -254,11 +254,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         configs = [c for c in claims.CONFIGS if not wanted or c.name in wanted]
         configs = [c for c in configs if HAVE_PGQUEUER or c.template != "pgqueuer"]
         result["claims"] = await run_claims(server, args, configs, args.levels)
+        checkpoint(result, args)
     if "diagnostics" in args.section_set:
         levels = [c for c in args.levels if c <= 64][:2] or args.levels[:1]
         configs = [c for c in claims.DIAGNOSTICS if not wanted or c.name in wanted]
         result["diagnostics"] = await run_claims(server, args, configs, levels)
         result["diagnostics"]["plans"] = await diagnose.claim_plans(server, TEMPLATES["ledger"])
+        checkpoint(result, args)
     if args.section_set & {"http", "longpoll"}:
         home = Path(tempfile.mkdtemp(prefix="wl-bench-http-"))
         atexit.register(shutil.rmtree, home, True)
@@ -266,6 +268,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         tokens = await httpbench.build_token_template(server, max(*args.levels, waiters), home)
     if "http" in args.section_set:
         result["http"] = await httpbench.run(server, args, args.levels, tokens, home)
+        checkpoint(result, args)
     if "longpoll" in args.section_set:
         rounds, per_round = (4, 5) if args.smoke else (20, 10)
         result["longpoll"] = await endurance.longpoll(
@@ -274,6 +277,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if "soak" in args.section_set:
         lives = args.soak_lives or (2_000 if args.smoke else 20_000 if args.quick else 200_000)
         result["soak"] = await endurance.soak(server, TEMPLATES["ledger"], lives, 16)
+        checkpoint(result, args)
     if "scale" in args.section_set:
         result["scale"] = await run_scale(server, args)
     result["load_average_end"] = load_average()
@@ -283,6 +287,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def checkpoint(result: dict[str, Any], args: argparse.Namespace) -> None:
+    """The sections measured so far, so that a late failure loses nothing before it."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "partial.json").write_text(json.dumps(result, default=str) + "\n", encoding="utf-8")
+
+
 def write_outputs(result: dict[str, Any], args: argparse.Namespace) -> Path:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -290,6 +301,7 @@ def write_outputs(result: dict[str, Any], args: argparse.Namespace) -> Path:
     stamp = result["started_at"].replace("+00:00", "Z").replace("-", "").replace(":", "")
     path = out / f"run-{stamp}{suffix}.json"
     path.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    (out / "partial.json").unlink(missing_ok=True)
     text = report.markdown(result, path.name)
     if args.markdown:
         Path(args.markdown).write_text(text, encoding="utf-8")
