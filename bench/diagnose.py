@@ -68,8 +68,37 @@ async def claim_plans(server: Any, template: str, backlog: int = BACKLOG) -> dic
                         "buffers": _figure(plan, "Buffers"),
                         "plan": plan,
                     }
+            out["trigger_times"] = await _trigger_times(conn)
         finally:
             await conn.close()
+    return out
+
+
+async def _trigger_times(conn: asyncpg.Connection) -> dict[str, list[str]]:
+    """Per-trigger time of one claim, deferred triggers included.
+
+    The unit_sums_* constraint triggers are deferred to commit, where EXPLAIN cannot see
+    them; with SET CONSTRAINTS ALL IMMEDIATE they fire at the end of the statement and
+    EXPLAIN ANALYZE reports each. The transaction is rolled back.
+    """
+    out = {}
+    calls = {
+        "raw_ledger_claim": (RAW["ledger_claim"], ("explain-trg-raw", LEASE_SECONDS)),
+        "claim_unit": (QUERIES["claim_unit"], ("explain-trg-product", None, LEASE_SECONDS, None)),
+    }
+    for label, (statement, args) in calls.items():
+        tr = conn.transaction()
+        await tr.start()
+        try:
+            await conn.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            rows = await conn.fetch(f"EXPLAIN (ANALYZE, COSTS OFF) {statement}", *args)
+            out[label] = [
+                r[0].strip()
+                for r in rows
+                if r[0].startswith("Trigger") or r[0].startswith("Execution Time")
+            ]
+        finally:
+            await tr.rollback()
     return out
 
 
@@ -87,18 +116,24 @@ def markdown(plans: dict[str, Any]) -> list[str]:
         "EXPLAIN (ANALYZE, BUFFERS) of one pull-next claim with "
         f"{plans['backlog']:,} ready units, {plans['claimed_before']} already claimed:",
         "",
-        "| statement | plan | execution | top-level buffers |",
-        "|---|---|---|---|",
+        "| statement | plan | planning | execution | top-level buffers |",
+        "|---|---|---|---|---|",
     ]
     for key, value in plans.items():
         if ":" in key:
             label, mode = key.split(":")
-            lines.append(f"| {label} | {mode} | {value['execution']} | {value['buffers']} |")
+            planning = _figure(value["plan"], "Planning Time")
+            lines.append(
+                f"| {label} | {mode} | {planning} | {value['execution']} | {value['buffers']} |"
+            )
     lines += [
         "",
         "asyncpg's prepared `claim_unit` after "
         f"{plans['claimed_before']} executions: {plans['asyncpg_prepared_claim_unit']}.",
     ]
+    for label, lines_ in plans.get("trigger_times", {}).items():
+        lines += ["", f"Triggers of one `{label}` (constraints immediate, rolled back):", "```"]
+        lines += [*lines_, "```"]
     generic = plans.get("claim_unit:force_generic_plan", {}).get("plan", [])
     if filtered_scans(generic):
         lines += ["", "Nodes of the generic claim_unit plan that discard rows:", "", "```"]
