@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from served import Served, ledger_env
-
-StartServer = Callable[..., Awaitable[Served]]
+from served import Served, StartServer, ledger_env
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,6 +163,9 @@ async def mint(database_url: str, grants: Sequence[tuple[Role, str]]) -> list[st
 async def audit(env: dict[str, str]) -> tuple[int, str]:
     """`work-ledger audit` in a subprocess: (exit code, what it printed)."""
     return await cli(env, "audit")
+
+
+StartServer = Callable[..., Awaitable[Served]]
 
 
 def client(url: str, token: str | None = None, **kwargs: Any) -> httpx.AsyncClient:

@@ -9,9 +9,8 @@ from collections import Counter
 import asyncpg
 import pytest
 from history import Chaos, Workload, check
-from served import audit, cli_token, client, mint
+from served import StartServer, audit, cli_token, client, mint
 
-from conftest import StartServer
 from work_ledger.auth import Role
 
 pytestmark = pytest.mark.faults

@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncpg
 import pytest
 from history import Workload, check
-from served import audit, cli_token, client, mint
+from served import StartServer, audit, cli_token, client, mint
 
-from conftest import StartServer
 from work_ledger.auth import Role
 
 pytestmark = pytest.mark.faults

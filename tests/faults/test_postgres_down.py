@@ -14,9 +14,8 @@ import asyncpg
 import httpx
 import pytest
 from history import Chaos, Workload, check
-from served import audit, client, mint
+from served import StartServer, audit, client, mint
 
-from conftest import StartServer
 from work_ledger.auth import Role
 from work_ledger.db.connect import connect, ensure_database, with_database
 from work_ledger.db.embedded import embedded_server_url
