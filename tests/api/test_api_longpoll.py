@@ -128,3 +128,15 @@ async def test_waiters_hold_no_database_connection(api: Api, operator: httpx.Asy
     await register(operator, "a")
     answers = [(await w).json() for w in waiting]
     assert sum(a["unit"] is not None for a in answers) == 1
+
+
+async def test_departed_waiter_claims_nothing(api: Api, operator: httpx.AsyncClient) -> None:
+    """A claimer that hung up while waiting does not get a unit claimed on its behalf."""
+    agent = await api.as_role(Role.AGENT, "agent-1")
+    waiting = asyncio.create_task(agent.post("/units/claim", json={"wait_seconds": 20}))
+    await asyncio.sleep(0.3)
+    waiting.cancel()
+    await asyncio.sleep(0.3)
+    await register(operator, "a")
+    await asyncio.sleep(0.5)
+    assert (await operator.get("/units/a")).json()["state"] == "ready"

@@ -104,6 +104,8 @@ async def claim_next(
         if claim.unit is not None or remaining <= 0:
             return _claim_out(request, claim)
         await notifier.wait(wake, remaining)
+        if await request.is_disconnected():  # never claim for a caller that has gone
+            return _claim_out(request, Claim(None, None))
 
 
 @router.post("/units/{unit:path}/claim", dependencies=Writes, responses=problems.WRITE_RESPONSES)
