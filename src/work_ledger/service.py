@@ -99,11 +99,15 @@ class Ledger:
             actor.name,
         )
         rows = await self.store.fetch("register_units", *args)
+        created = [row["created"] for row in rows]
         if any(row["id"] is None for row in rows):
             # A concurrent batch inserted some of ours after our snapshot: run again, it is
-            # idempotent and now sees them.
+            # idempotent and now sees them. What the first run created stays `created`.
             rows = await self.store.fetch("register_units", *args)
-        return [Registered(row["id"], row["external_ref"], row["created"]) for row in rows]
+        return [
+            Registered(row["id"], row["external_ref"], row["created"] or first)
+            for row, first in zip(rows, created, strict=True)
+        ]
 
     # -- claim ---------------------------------------------------------------------------
 

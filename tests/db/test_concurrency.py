@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -12,6 +13,7 @@ from work_ledger.db.connect import create_pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import Store
 from work_ledger.domain import Actor, Claim, NewUnit, State
+from work_ledger.errors import AttemptSuperseded
 from work_ledger.service import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
@@ -125,4 +127,59 @@ async def test_claim_same_agent_twice_at_once_gets_one_unit(
     assert len(held) == 20
     assert {r["n"] for r in held} == {1}
     assert await raw.fetchval("SELECT count(*) FROM work_units WHERE state = 'ready'") == 20
+    assert await ledgers[0].audit() == []
+
+
+async def test_register_overlapping_batches_at_once_create_each_unit_once(
+    ledgers: list[Ledger], raw: asyncpg.Connection
+) -> None:
+    """Batches sharing refs in opposite orders, registered at once: each unit exists once."""
+    for round_no in range(10):
+        refs = [f"reg-{round_no}-{i:03d}" for i in range(200)]
+        batches = [refs[:150], list(reversed(refs[50:])), refs[25:175]]
+        results = await asyncio.gather(
+            *(
+                ledger.register([NewUnit(r, "fleet-a") for r in batch], OPERATOR)
+                for ledger, batch in zip(ledgers, batches, strict=False)
+            )
+        )
+        ids: dict[str, uuid.UUID] = {}
+        for batch, result in zip(batches, results, strict=True):
+            assert [r.external_ref for r in result] == batch
+            for r in result:
+                assert ids.setdefault(r.external_ref, r.id) == r.id
+        assert sum(r.created for result in results for r in result) == len(refs)
+    assert await raw.fetchval("SELECT count(*) FROM work_units") == 2000
+    registered = "SELECT count(*) FROM work_unit_events WHERE event_type = 'registered'"
+    assert await raw.fetchval(registered) == 2000
+
+
+async def test_heartbeat_racing_a_stale_reclaim_one_of_them_wins(
+    ledgers: list[Ledger], raw: asyncpg.Connection
+) -> None:
+    """The old holder's heartbeat and another agent's reclaim at once: never both, never stuck."""
+    for round_no in range(20):
+        ref = f"hb-{round_no:02d}"
+        await _register(ledgers[0], ref, 1)
+        old = await ledgers[0].claim(f"old-{round_no}")
+        assert old.attempt is not None
+        await raw.execute(
+            "UPDATE work_units SET lease_expires_at = now() - interval '1 second'"
+            " WHERE external_ref = $1",
+            f"{ref}-000",
+        )
+        beat, claim = await asyncio.gather(
+            ledgers[1].heartbeat(old.attempt.id, Actor(f"old-{round_no}")),
+            ledgers[2].claim(f"new-{round_no}"),
+            return_exceptions=True,
+        )
+        unit = (await ledgers[0].get_unit(f"{ref}-000")).unit
+        if isinstance(beat, BaseException):
+            assert isinstance(beat, AttemptSuperseded), beat
+            assert isinstance(claim, Claim)
+            assert claim.attempt is not None
+            assert (unit.claimed_by, unit.attempt_count) == (f"new-{round_no}", 2)
+        else:
+            assert claim == Claim(None, None)
+            assert (unit.claimed_by, unit.attempt_count) == (f"old-{round_no}", 1)
     assert await ledgers[0].audit() == []

@@ -210,3 +210,16 @@ async def test_unknown_unit_is_not_found_and_nothing_is_written(
             await write
     assert await raw.fetchval("SELECT count(*) FROM work_unit_events") == events
     assert await raw.fetchval("SELECT count(*) FROM work_units") == 1
+
+
+async def test_claim_serves_a_batch_in_its_own_order(ledger: Ledger) -> None:
+    """Pull-next hands out a batch's units in the order the batch listed them, then the next."""
+    refs = ["zeta", "alpha", "mu", "beta"]
+    await ledger.register([NewUnit(r, "fleet-a") for r in refs], OPERATOR)
+    await ledger.register([NewUnit("aardvark", "fleet-a")], OPERATOR)
+    claimed = []
+    for i in range(5):
+        claim = await ledger.claim(f"agent-{i}")
+        assert claim.unit is not None
+        claimed.append(claim.unit.external_ref)
+    assert claimed == [*refs, "aardvark"]

@@ -9,8 +9,13 @@ WITH input AS (
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])
          WITH ORDINALITY AS i (external_ref, fleet, domain, workflow_id, ord)
 ), inserted AS (
-    INSERT INTO work_units (external_ref, fleet, domain, workflow_id)
-    SELECT external_ref, fleet, domain, workflow_id FROM input ORDER BY ord
+    -- Rows go in in external_ref order, so that overlapping batches take their keys in one
+    -- order and cannot deadlock; created_at (one clock reading + ord microseconds) keeps
+    -- the batch's own order in the ready queue.
+    INSERT INTO work_units (external_ref, fleet, domain, workflow_id, created_at)
+    SELECT external_ref, fleet, domain, workflow_id,
+           (SELECT clock_timestamp()) + make_interval(secs => ord / 1e6)
+    FROM input ORDER BY external_ref
     ON CONFLICT (external_ref) DO NOTHING
     RETURNING id, external_ref, state
 ), registered AS (
