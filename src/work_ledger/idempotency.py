@@ -3,9 +3,11 @@
 A write that carries `Idempotency-Key` first reserves (caller, key) with one
 `INSERT ... ON CONFLICT` statement: exactly one of any number of concurrent duplicates
 wins the reservation and runs; the others wait for its outcome. The outcome (status,
-content type, body) is stored with a hash of the request, so a replay returns it unchanged
-and a different request under the same key is refused. A reservation whose process died
-before finishing is taken over after `TAKEOVER_SECONDS`; records expire after a day.
+content type, body) of a success or a 409 is stored with a hash of the request, so a
+replay returns it unchanged and a different request under the same key is refused. Any
+other outcome (bad input, auth, server error) ran nothing and frees the key for a
+corrected retry. A reservation whose process died before finishing is taken over after
+`TAKEOVER_SECONDS`; records expire after a day.
 """
 
 from __future__ import annotations

@@ -138,3 +138,19 @@ async def test_bad_idempotency_key_is_422(api: Api, operator: httpx.AsyncClient)
     )
     assert_problem(response, 422, "invalid_input")
     assert (await operator.get("/units")).json()["items"] == []
+
+
+async def test_rejected_input_frees_the_key_for_a_corrected_retry(
+    api: Api, operator: httpx.AsyncClient
+) -> None:
+    """A 422 or 403 under a key is not kept: the corrected request may reuse the key."""
+    await register(operator, "a")
+    agent = await api.as_role(Role.AGENT, "agent-1")
+    _, attempt = await claimed(agent)
+    key = {"Idempotency-Key": "fix-me"}
+    bad = await agent.post(f"/attempts/{attempt}/cost", json={"cost_cents": "12"}, headers=key)
+    assert_problem(bad, 422, "invalid_input")
+    good = await agent.post(f"/attempts/{attempt}/cost", json={"cost_cents": 12}, headers=key)
+    assert (good.status_code, good.json()["unit"]["cost_cents"]) == (200, 12)
+    again = await agent.post(f"/attempts/{attempt}/cost", json={"cost_cents": 12}, headers=key)
+    assert (again.headers["Idempotent-Replayed"], again.content) == ("true", good.content)

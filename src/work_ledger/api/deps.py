@@ -196,7 +196,7 @@ async def _run_idempotent(request: Request, key: str, handler: Handler) -> Respo
     except BaseException:
         await _release_quietly(store, scope, key)
         raise
-    if response.status_code >= 500:
+    if not _is_decision(response.status_code):
         await _release_quietly(store, scope, key)
         return response
     media_type = response.headers.get("content-type", "application/json")
@@ -204,6 +204,12 @@ async def _run_idempotent(request: Request, key: str, handler: Handler) -> Respo
         scope, key, Outcome(response.status_code, media_type, bytes(response.body))
     )
     return response
+
+
+def _is_decision(status: int) -> bool:
+    """Outcomes the ledger decided (a success, or a refusal by one of its rules) are kept;
+    input, auth and server errors ran nothing, so the key is freed for a corrected retry."""
+    return status < 400 or status == 409
 
 
 async def _outcome_of(handler: Handler, request: Request) -> Response:
