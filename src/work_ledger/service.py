@@ -172,6 +172,16 @@ class Ledger:
                 state=unit.state,
                 allowed=NEXT_ACTIONS[unit.state],
             )
+        if unit.state is State.READY:
+            # Ready, yet the claim skipped it: another claim had the row locked just then.
+            return InvariantViolation(
+                f"unit {unit.external_ref} is being claimed by another agent at this moment; "
+                "claim another unit",
+                invariant="unit_claimed_only_when_claimable",
+                unit_id=str(unit.id),
+                state=unit.state,
+                allowed=NEXT_ACTIONS[unit.state],
+            )
         return self._wrong_state(unit, "claim", [State.READY])
 
     # -- attempt writes ------------------------------------------------------------------

@@ -13,7 +13,7 @@ from work_ledger.db.connect import create_pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import Store
 from work_ledger.domain import Actor, Claim, NewUnit, State
-from work_ledger.errors import AttemptSuperseded
+from work_ledger.errors import AttemptSuperseded, InvariantViolation
 from work_ledger.service import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
@@ -70,6 +70,20 @@ async def test_claim_skips_a_unit_locked_by_an_open_claim(
     # Committed: the unit is agent-a's, and a later claim still finds nothing.
     assert (await ledger.get_unit("locked-000")).unit.claimed_by == "agent-a"
     assert await ledger.claim("agent-b") == Claim(None, None)
+
+
+async def test_named_claim_of_a_unit_being_claimed_says_so(
+    ledger: Ledger, raw: asyncpg.Connection
+) -> None:
+    """A named claim of a unit another claim has locked right now is refused, saying why."""
+    await _register(ledger, "busy", 1)
+    async with raw.transaction():
+        assert await raw.fetchrow(QUERIES["claim_unit"], "agent-a", None, 60, None) is not None
+        with pytest.raises(InvariantViolation) as refused:
+            await asyncio.wait_for(ledger.claim_named("busy-000", "agent-b"), timeout=5)
+    assert refused.value.invariant == "unit_claimed_only_when_claimable"
+    assert "being claimed by another agent" in refused.value.detail
+    assert (await ledger.get_unit("busy-000")).unit.claimed_by == "agent-a"
 
 
 async def test_claim_64_claimers_vs_20_units_claim_each_unit_once(
