@@ -251,8 +251,11 @@ RAW_REFUSALS: list[tuple[State, list[str], str]] = [
         "unit_cost_equals_attempt_costs",
     ),
     (
-        State.CLAIMED,
-        ["UPDATE work_unit_attempts SET cost_cents = -5 WHERE unit_id = $1"],
+        State.READY,
+        [
+            "INSERT INTO work_unit_attempts (unit_id, attempt_no, agent_id, cost_cents, outcome,"
+            " ended_at) VALUES ($1, 1, 'b', -5, 'failed', now())"
+        ],
         "attempt_cost_not_negative",
     ),
     (
@@ -306,6 +309,16 @@ RAW_REFUSALS: list[tuple[State, list[str], str]] = [
     (
         State.CLAIMED,
         ["UPDATE work_unit_attempts SET agent_id = 'b' WHERE unit_id = $1"],
+        "attempt_outcome_final",
+    ),
+    (
+        State.IN_PROGRESS,
+        [
+            "UPDATE work_unit_attempts SET cost_cents = cost_cents + 10 WHERE unit_id = $1",
+            "UPDATE work_units SET cost_cents = cost_cents + 10 WHERE id = $1",
+            "UPDATE work_unit_attempts SET cost_cents = cost_cents - 10 WHERE unit_id = $1",
+            "UPDATE work_units SET cost_cents = cost_cents - 10 WHERE id = $1",
+        ],
         "attempt_outcome_final",
     ),
     (

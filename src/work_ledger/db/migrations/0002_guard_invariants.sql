@@ -92,12 +92,15 @@ CREATE FUNCTION wl_guard_attempt_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.unit_id <> OLD.unit_id OR NEW.attempt_no <> OLD.attempt_no
        OR NEW.agent_id <> OLD.agent_id OR NEW.started_at <> OLD.started_at
+       OR NEW.cost_cents < OLD.cost_cents
        OR (OLD.outcome IS NOT NULL AND (NEW.outcome IS DISTINCT FROM OLD.outcome
                                         OR NEW.ended_at IS DISTINCT FROM OLD.ended_at)) THEN
         RAISE EXCEPTION USING ERRCODE = 'check_violation',
             CONSTRAINT = 'attempt_outcome_final',
-            MESSAGE = format('attempt %s of unit %s ended %s; an ended attempt never changes '
-                             '(only its cost may grow)', OLD.attempt_no, OLD.unit_id, OLD.outcome),
+            MESSAGE = format('attempt %s of unit %s (%s) cannot change so: its unit, number, agent '
+                             'and start are fixed, its cost only grows, and once ended its outcome '
+                             'never changes', OLD.attempt_no, OLD.unit_id,
+                             coalesce('ended ' || OLD.outcome, 'running')),
             HINT = 'claim the unit again to start a new attempt';
     END IF;
     RETURN NEW;
