@@ -1,5 +1,7 @@
 """Hostile input against a real server: every case is a 4xx problem and changes nothing.
 
+Last, schemathesis fuzzes every operation of /openapi.json: never a 5xx.
+
 SQL-injection strings in every text field, path and query parameter; NUL bytes, lone
 surrogates and other unicode edges; huge, negative and zero numbers; deeply nested JSON;
 bodies over 1 MiB; malformed, truncated, forged, revoked and wrong-role tokens. Before
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +22,10 @@ from urllib.parse import quote
 
 import asyncpg
 import httpx
+import hypothesis
 import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, strategies
 from served import Served, cli, ledger_env, mint
 
 from work_ledger.auth import Role
@@ -28,6 +34,7 @@ from work_ledger.db.connect import connect, ensure_database, with_database
 pytestmark = pytest.mark.faults
 PROBLEM = "application/problem+json"
 HTTP_LAYER_REFUSAL = "Invalid HTTP request received."
+FUZZ_EXAMPLES_PER_OPERATION = 25
 TABLES = (
     "work_units",
     "work_unit_attempts",
@@ -127,7 +134,7 @@ async def target(
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
-    print(f"\nhostile inputs tried: {found.tried}")
+    print(f"\nhostile inputs tried (hand-written and fuzzed): {found.tried}")
 
 
 async def _snapshot(conn: asyncpg.Connection) -> list[tuple[Any, ...]]:
@@ -570,3 +577,60 @@ async def test_malformed_idempotency_keys_are_refused(target: Target, key: str) 
         target, "POST", "/units/closed/claim", role="other", body={}, headers=headers
     )
     assert response.status_code in (400, 422), response.text  # a usable key would get 409
+
+
+# -- schemathesis -------------------------------------------------------------------------
+
+
+def _bounded(case: Any) -> None:
+    """Keep long-polls short: a fuzzer asking for 60 s waits would eat the CI budget."""
+    for where in (case.body, case.query):
+        if isinstance(where, dict) and isinstance(where.get("wait_seconds"), int):
+            where["wait_seconds"] = min(where["wait_seconds"], 0)
+
+
+async def test_schemathesis_fuzz_finds_no_server_error(target: Target) -> None:
+    """Generated requests to every operation in /openapi.json: never a 5xx; 4xx are problems.
+
+    Last in this module: the fuzzer's valid writes change the ledger on purpose."""
+    url = target.url
+    operator, agent = target.tokens["operator"], target.tokens["agent"]
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
+    statuses: Counter[int] = Counter()
+    failures: list[str] = []
+    tokens = strategies.sampled_from([operator, agent])
+
+    for result in schema.get_all_operations():
+        operation = result.ok()
+
+        @hypothesis.settings(
+            max_examples=FUZZ_EXAMPLES_PER_OPERATION,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
+        @hypothesis.given(case=operation.as_strategy(), token=tokens)
+        def fuzz(case: Any, token: str) -> None:
+            _bounded(case)
+            response = case.call(
+                base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=15
+            )
+            statuses[response.status_code] += 1
+            kind = response.headers.get("content-type") or [""]
+            kind = kind if isinstance(kind, str) else kind[0]
+            if response.status_code >= 500 or (
+                response.status_code >= 400 and not kind.startswith(PROBLEM)
+            ):
+                failures.append(
+                    f"{case.method} {case.formatted_path} {case.body!r:.200} -> "
+                    f"{response.status_code} {response.text[:300]}"
+                )
+
+        fuzz()
+    shown = dict(sorted(statuses.items()))
+    print(f"\nschemathesis: {sum(statuses.values())} requests, statuses {shown}")
+    target.tried += sum(statuses.values())
+    assert failures == []
+    assert sum(statuses.values()) > 100
