@@ -6,8 +6,9 @@ wins the reservation and runs; the others wait for its outcome. The outcome (sta
 content type, body) of a success or a 409 is stored with a hash of the request, so a
 replay returns it unchanged and a different request under the same key is refused. Any
 other outcome (bad input, auth, server error) ran nothing and frees the key for a
-corrected retry. A reservation whose process died before finishing is taken over after
-`TAKEOVER_SECONDS`; records expire after a day.
+corrected retry. A reservation whose process died before finishing is taken over once it
+is `TAKEOVER_SECONDS` older than the request could run (30 s, plus a long-poll's wait);
+records expire after a day.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import asyncpg
 from work_ledger.db.store import Store
 from work_ledger.errors import IdempotencyKeyReused, InvalidInput, InvariantViolation
 
-TAKEOVER_SECONDS = 120
+TAKEOVER_SECONDS = 30.0
 EXPIRE_SECONDS = 86400
-IN_FLIGHT_WAIT_SECONDS = 75.0
+IN_FLIGHT_WAIT_SECONDS = 5.0
 MAX_KEY_LENGTH = 255
 
 
@@ -69,12 +70,23 @@ class IdempotencyStore:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    async def reserve(self, scope: str, key: str, digest: bytes) -> Reservation:
-        """Own the key, or get the outcome stored under it (waiting while it is in flight)."""
-        row = await self.store.fetchrow("idempotency_reserve", scope, key, digest, TAKEOVER_SECONDS)
+    async def reserve(
+        self, scope: str, key: str, digest: bytes, *, runs_for: float = 0.0
+    ) -> Reservation:
+        """Own the key, or get the outcome stored under it (waiting while it is in flight).
+
+        `runs_for` is how long the request may legitimately run (a long-poll's wait): a
+        reservation older than that plus TAKEOVER_SECONDS belongs to a process that died,
+        and is taken over."""
+        takeover = TAKEOVER_SECONDS + runs_for
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + IN_FLIGHT_WAIT_SECONDS
+        deadline = loop.time() + takeover + IN_FLIGHT_WAIT_SECONDS
+        pause = 0.02
         while True:
+            # Each look may also take over a dead reservation, or one released meanwhile.
+            row = await self.store.fetchrow(
+                "idempotency_reserve", scope, key, digest, takeover
+            ) or await self.store.fetchrow("idempotency_lookup", scope, key)
             if row is not None:
                 if row["reserved"]:
                     return Reservation(True, None)
@@ -92,12 +104,8 @@ class IdempotencyStore:
                     "request with the same key in a few seconds",
                     invariant="idempotency_key_in_flight",
                 )
-            await asyncio.sleep(0.05)
-            row = await self.store.fetchrow("idempotency_lookup", scope, key)
-            if row is None:  # the first request failed and released the key: take it
-                row = await self.store.fetchrow(
-                    "idempotency_reserve", scope, key, digest, TAKEOVER_SECONDS
-                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
     async def complete(self, scope: str, key: str, outcome: Outcome) -> None:
         await self.store.fetchrow(

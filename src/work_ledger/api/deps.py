@@ -24,6 +24,7 @@ everything. A request may narrow the acting id to a sub-agent with the `X-WL-Age
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -181,8 +182,9 @@ async def _run_idempotent(request: Request, key: str, handler: Handler) -> Respo
     caller = await authenticate(request)
     store: IdempotencyStore = request.app.state.idempotency
     scope = f"{caller.role}:{caller.agent}"
-    digest = request_hash(request.method, request.url.path, request.url.query, await request.body())
-    reservation = await store.reserve(scope, key, digest)
+    body = await request.body()
+    digest = request_hash(request.method, request.url.path, request.url.query, body)
+    reservation = await store.reserve(scope, key, digest, runs_for=_wait_seconds(body))
     if reservation.outcome is not None:
         stored = reservation.outcome
         return Response(
@@ -204,6 +206,15 @@ async def _run_idempotent(request: Request, key: str, handler: Handler) -> Respo
         scope, key, Outcome(response.status_code, media_type, bytes(response.body))
     )
     return response
+
+
+def _wait_seconds(body: bytes) -> float:
+    """How long a long-poll write may wait (its `wait_seconds`, at most 60)."""
+    try:
+        value = json.loads(body).get("wait_seconds", 0) if body else 0
+    except (ValueError, AttributeError):
+        value = 0
+    return float(value) if isinstance(value, int) and 0 <= value <= 60 else 0.0
 
 
 def _is_decision(status: int) -> bool:
