@@ -10,8 +10,9 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from history import Chaos, Workload, check
+from history import check
 from served import SECRET, StartServer, audit, cli_token, client, mint
+from workload import Chaos, Workload
 
 from work_ledger.api.app import create_app
 from work_ledger.auth import Role

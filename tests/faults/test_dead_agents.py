@@ -95,4 +95,5 @@ async def test_dead_agents_units_come_back_after_their_lease(
                 os.killpg(proc.pid, signal.SIGKILL)
                 await proc.wait()
     code, out = await audit(server.env)
+    print(f"\nSIGKILLed {DEAD} of {AGENTS} agents: {len(rows)} units stale-reclaimed; audit: {out}")
     assert code == 0, out

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncpg
 import pytest
-from history import Workload, check
+from history import check
 from served import StartServer, audit, cli_token, client, mint
+from workload import Workload
 
 from work_ledger.auth import Role
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from history import Chaos, Workload, check
+from history import check
 from served import StartServer, audit, client, mint
+from workload import Chaos, Workload
 
 from work_ledger.auth import Role
 from work_ledger.db.connect import connect, ensure_database, with_database
