@@ -26,6 +26,7 @@ from work_ledger.errors import IdempotencyKeyReused, InvalidInput, InvariantViol
 TAKEOVER_SECONDS = 30.0
 EXPIRE_SECONDS = 86400
 IN_FLIGHT_WAIT_SECONDS = 5.0
+NEVER = 10.0 * 365 * 86400  # seconds: an atomic reservation is never taken over
 MAX_KEY_LENGTH = 255
 
 
@@ -71,16 +72,17 @@ class IdempotencyStore:
         self.store = store
 
     async def reserve(
-        self, scope: str, key: str, digest: bytes, *, runs_for: float = 0.0
+        self, scope: str, key: str, digest: bytes, *, runs_for: float | None = 0.0
     ) -> Reservation:
         """Own the key, or get the outcome stored under it (waiting while it is in flight).
 
         `runs_for` is how long the request may legitimately run (a long-poll's wait): a
         reservation older than that plus TAKEOVER_SECONDS belongs to a process that died,
-        and is taken over."""
-        takeover = TAKEOVER_SECONDS + runs_for
+        and is taken over. None: the reservation commits with its outcome in one
+        transaction, so an unfinished one seen here was orphaned and is never taken over."""
+        takeover = NEVER if runs_for is None else TAKEOVER_SECONDS + runs_for
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + takeover + IN_FLIGHT_WAIT_SECONDS
+        deadline = loop.time() + min(takeover, TAKEOVER_SECONDS + 60) + IN_FLIGHT_WAIT_SECONDS
         pause = 0.02
         while True:
             # Each look may also take over a dead reservation, or one released meanwhile.
@@ -98,6 +100,8 @@ class IdempotencyStore:
                     )
                 if row["status_code"] is not None:
                     return Reservation(False, _outcome(row))
+                if runs_for is None:
+                    raise _outcome_unknown(key)
             if loop.time() > deadline:
                 raise InvariantViolation(
                     f"a request with Idempotency-Key {key!r} is still running; retry the same "
@@ -117,6 +121,15 @@ class IdempotencyStore:
 
     async def expire(self, older_than_seconds: int = EXPIRE_SECONDS) -> None:
         await self.store.fetchrow("idempotency_expire", older_than_seconds)
+
+
+def _outcome_unknown(key: str) -> InvariantViolation:
+    return InvariantViolation(
+        f"a server stopped while running this request (Idempotency-Key {key!r}) and did not "
+        "record its outcome, so whether it applied is unknown. Read the unit or attempt "
+        "(GET /units/{unit}) to see, and send any further write with a new key",
+        invariant="idempotency_outcome_unknown",
+    )
 
 
 def _outcome(row: asyncpg.Record) -> Outcome:

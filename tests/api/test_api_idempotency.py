@@ -6,6 +6,7 @@ import asyncio
 import uuid
 from typing import Any
 
+import asyncpg
 import httpx
 from api_support import Api, assert_problem, claimed, register
 
@@ -154,3 +155,57 @@ async def test_rejected_input_frees_the_key_for_a_corrected_retry(
     assert (good.status_code, good.json()["unit"]["cost_cents"]) == (200, 12)
     again = await agent.post(f"/attempts/{attempt}/cost", json={"cost_cents": 12}, headers=key)
     assert (again.headers["Idempotent-Replayed"], again.content) == ("true", good.content)
+
+
+async def test_refusal_after_a_failed_statement_works_under_a_key(
+    api: Api, operator: httpx.AsyncClient
+) -> None:
+    """Inside the keyed transaction a statement refused by a constraint still gets its 409."""
+    await register(operator, "a", "b")
+    agent = await api.as_role(Role.AGENT, "agent-1")
+    triage = await api.as_role(Role.TRIAGE, "triage-1")
+    unit, _ = await claimed(agent, start=True)
+    await agent.post(f"/units/{unit}/block", json={"question": "q"})
+    await claimed(agent)
+    key = {"Idempotency-Key": "busy"}
+    first = await triage.post(f"/units/{unit}/unblock", json={"answer": "x"}, headers=key)
+    assert (first.status_code, first.json()["invariant"]) == (409, "one_live_claim_per_agent")
+    again = await triage.post(f"/units/{unit}/unblock", json={"answer": "x"}, headers=key)
+    assert (again.headers["Idempotent-Replayed"], again.content) == ("true", first.content)
+
+
+async def test_orphaned_reservation_is_not_run_twice(
+    api: Api, operator: httpx.AsyncClient, raw: asyncpg.Connection
+) -> None:
+    """A cost whose outcome was never recorded is not charged again: 409 outcome unknown."""
+    await register(operator, "a")
+    agent = await api.as_role(Role.AGENT, "agent-1")
+    _, attempt = await claimed(agent)
+    key = {"Idempotency-Key": "cost-1"}
+    assert (
+        await agent.post(f"/attempts/{attempt}/cost", json={"cost_cents": 500}, headers=key)
+    ).status_code == 200
+    await raw.execute(
+        "UPDATE wl_idempotency_keys SET status_code = NULL, content_type = NULL, body = NULL, "
+        "completed_at = NULL, created_at = now() - interval '1 hour' WHERE key = 'cost-1'"
+    )
+    retry = await agent.post(f"/attempts/{attempt}/cost", json={"cost_cents": 500}, headers=key)
+    assert assert_problem(retry, 409)["invariant"] == "idempotency_outcome_unknown"
+    assert (await operator.get("/units/a")).json()["cost_cents"] == 500
+
+
+async def test_keyed_write_and_its_outcome_commit_together(
+    api: Api, operator: httpx.AsyncClient, raw: asyncpg.Connection
+) -> None:
+    """After a keyed write, the stored outcome and the ledger change are both there."""
+    await register(operator, "a")
+    agent = await api.as_role(Role.AGENT, "agent-1")
+    _, attempt = await claimed(agent)
+    key = {"Idempotency-Key": "together"}
+    await agent.post(f"/attempts/{attempt}/cost", json={"cost_cents": 9}, headers=key)
+    row = await raw.fetchrow(
+        "SELECT k.status_code, k.completed_at = e.created_at AS same_tx "
+        "FROM wl_idempotency_keys AS k, work_unit_events AS e "
+        "WHERE k.key = 'together' AND e.event_type = 'cost_recorded'"
+    )
+    assert (row["status_code"], row["same_tx"]) == (200, True)

@@ -85,11 +85,6 @@ async def _orphaned_reservations(raw: asyncpg.Connection) -> list[str]:
     return [r["key"] for r in rows]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: a reservation whose process died after the write committed is taken "
-    "over after TAKEOVER_SECONDS and the write runs a second time",
-)
 async def test_idempotency_takeover_after_a_crash_does_not_run_the_write_twice(
     database_url: str, raw: asyncpg.Connection, tmp_path: Path
 ) -> None:

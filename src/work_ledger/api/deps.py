@@ -24,12 +24,14 @@ everything. A request may narrow the acting id to a sub-agent with the `X-WL-Age
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import re
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, cast
 
+import asyncpg
 from fastapi import Depends, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
@@ -38,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from work_ledger.api import problems
 from work_ledger.auth import Principal, Role, TokenStore
+from work_ledger.db.store import Store, translated_errors
 from work_ledger.domain import Actor
 from work_ledger.errors import Forbidden, Unauthorized, WorkLedgerError
 from work_ledger.idempotency import (
@@ -47,6 +50,9 @@ from work_ledger.idempotency import (
     request_hash,
 )
 from work_ledger.service import Ledger
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
 
 AGENT_HEADER = "X-WL-Agent"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -71,7 +77,8 @@ class Caller:
 
 
 def ledger(request: Request) -> Ledger:
-    value: Ledger = request.app.state.ledger
+    """The app's ledger, or the one bound to this request's transaction (idempotent writes)."""
+    value: Ledger = getattr(request.state, "ledger", None) or request.app.state.ledger
     return value
 
 
@@ -159,6 +166,15 @@ def idempotency_header(
 
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+# A string: PoolConnectionProxy is generic in the stubs only, not at runtime.
+Connection: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[asyncpg.Record]"
+
+
+# A claim retried after its server died finds the agent's claim held and returns it
+# (resumed): re-running it has no second effect, so a claim, which may long-poll, reserves
+# its key apart from the write. Every other write stores its outcome in the same
+# transaction as its effect: both commit, or neither.
+CLAIM_PATHS = frozenset({"/units/claim", "/units/{unit:path}/claim"})
 
 
 class IdempotentRoute(APIRoute):
@@ -168,31 +184,74 @@ class IdempotentRoute(APIRoute):
         handler = super().get_route_handler()
         if "POST" not in (self.methods or ()):
             return handler
+        atomic = self.path not in CLAIM_PATHS
 
         async def idempotent(request: Request) -> Response:
             key = request.headers.get("idempotency-key")
             if key is None:
                 return await handler(request)
-            return await _run_idempotent(request, check_key(key), handler)
+            run = _run_atomic if atomic else _run_idempotent
+            return await run(request, check_key(key), handler)
 
         return idempotent
 
 
-async def _run_idempotent(request: Request, key: str, handler: Handler) -> Response:
+def _replay(stored: Outcome) -> Response:
+    return Response(
+        stored.body,
+        status_code=stored.status,
+        media_type=stored.content_type,
+        headers={REPLAYED_HEADER: "true"},
+    )
+
+
+async def _keyed(request: Request) -> tuple[str, bytes, bytes]:
+    """The caller's scope, the request body and its hash."""
     caller = await authenticate(request)
-    store: IdempotencyStore = request.app.state.idempotency
-    scope = f"{caller.role}:{caller.agent}"
     body = await request.body()
     digest = request_hash(request.method, request.url.path, request.url.query, body)
+    return f"{caller.role}:{caller.agent}", body, digest
+
+
+async def _run_atomic(request: Request, key: str, handler: Handler) -> Response:
+    """Reserve, write and store the outcome in one transaction on one connection.
+
+    A concurrent duplicate's reservation waits on ours and then finds our outcome; a
+    crash rolls everything back, so the retry runs as if for the first time."""
+    scope, _, digest = await _keyed(request)
+    base: Ledger = request.app.state.ledger
+    async with base.store.pool.acquire() as conn:
+        tx = conn.transaction()
+        async with translated_errors():
+            await tx.start()
+        try:
+            keys = IdempotencyStore(Store(_on(conn)))
+            reservation = await keys.reserve(scope, key, digest, runs_for=None)
+            if reservation.outcome is not None:
+                await tx.rollback()
+                return _replay(reservation.outcome)
+            request.state.ledger = _bound_ledger(base, conn)
+            response = await _outcome_of(handler, request)
+            if not _is_decision(response.status_code):
+                await tx.rollback()
+                return response
+            await keys.complete(scope, key, _stored(response))
+            async with translated_errors():
+                await tx.commit()
+            return response
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await tx.rollback()
+            raise
+
+
+async def _run_idempotent(request: Request, key: str, handler: Handler) -> Response:
+    """Reserve the key, run the request, then store its outcome (claims)."""
+    scope, body, digest = await _keyed(request)
+    store: IdempotencyStore = request.app.state.idempotency
     reservation = await store.reserve(scope, key, digest, runs_for=_wait_seconds(body))
     if reservation.outcome is not None:
-        stored = reservation.outcome
-        return Response(
-            stored.body,
-            status_code=stored.status,
-            media_type=stored.content_type,
-            headers={REPLAYED_HEADER: "true"},
-        )
+        return _replay(reservation.outcome)
     try:
         response = await _outcome_of(handler, request)
     except BaseException:
@@ -201,11 +260,46 @@ async def _run_idempotent(request: Request, key: str, handler: Handler) -> Respo
     if not _is_decision(response.status_code):
         await _release_quietly(store, scope, key)
         return response
-    media_type = response.headers.get("content-type", "application/json")
-    await store.complete(
-        scope, key, Outcome(response.status_code, media_type, bytes(response.body))
-    )
+    await store.complete(scope, key, _stored(response))
     return response
+
+
+def _stored(response: Response) -> Outcome:
+    media_type = response.headers.get("content-type", "application/json")
+    return Outcome(response.status_code, media_type, bytes(response.body))
+
+
+class _OnConnection:
+    """What Store needs of a pool (fetch, fetchrow), on one connection in a transaction."""
+
+    def __init__(self, conn: Connection, *, savepoints: bool) -> None:
+        self.conn = conn
+        self.savepoints = savepoints
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        if not self.savepoints:
+            return await self.conn.fetch(query, *args)
+        async with self.conn.transaction():  # a savepoint: a refusal leaves the tx usable
+            return await self.conn.fetch(query, *args)
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+        if not self.savepoints:
+            return await self.conn.fetchrow(query, *args)
+        async with self.conn.transaction():
+            return await self.conn.fetchrow(query, *args)
+
+
+def _on(conn: Connection, *, savepoints: bool = False) -> asyncpg.Pool:
+    # Store only calls fetch and fetchrow; this stands in for its pool.
+    return cast(asyncpg.Pool, _OnConnection(conn, savepoints=savepoints))
+
+
+def _bound_ledger(base: Ledger, conn: Connection) -> Ledger:
+    """The app's ledger, running its statements on `conn`, each in a savepoint (the
+    service may look again after a refused statement)."""
+    bound = copy.copy(base)
+    bound.store = Store(_on(conn, savepoints=True))
+    return bound
 
 
 def _wait_seconds(body: bytes) -> float:
