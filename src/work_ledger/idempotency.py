@@ -6,9 +6,14 @@ wins the reservation and runs; the others wait for its outcome. The outcome (sta
 content type, body) of a success or a 409 is stored with a hash of the request, so a
 replay returns it unchanged and a different request under the same key is refused. Any
 other outcome (bad input, auth, server error) ran nothing and frees the key for a
-corrected retry. A reservation whose process died before finishing is taken over once it
-is `TAKEOVER_SECONDS` older than the request could run (30 s, plus a long-poll's wait);
-records expire after a day.
+corrected retry.
+
+The API runs most writes with the reservation, the write and the outcome in one
+transaction (`runs_for=None`): a crash loses all three, and an unfinished reservation is
+an orphan, never re-run. Claims reserve apart (a long-poll holds no transaction); their
+reservation is taken over once it is `TAKEOVER_SECONDS` older than the claim could run,
+which is safe because a re-run claim returns the unit already held. Records expire after
+a day.
 """
 
 from __future__ import annotations
