@@ -526,7 +526,7 @@ async def test_ledger_agrees_with_its_model_under_random_operations(
         run_state_machine_as_test,
         machine,
         settings=settings(
-            max_examples=15,
+            max_examples=20,
             stateful_step_count=80,
             deadline=None,
             database=None,
