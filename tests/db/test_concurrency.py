@@ -197,3 +197,15 @@ async def test_heartbeat_racing_a_stale_reclaim_one_of_them_wins(
             assert claim == Claim(None, None)
             assert (unit.claimed_by, unit.attempt_count) == (f"old-{round_no}", 1)
     assert await ledgers[0].audit() == []
+
+
+async def test_claim_same_agent_four_times_at_once_gets_one_unit(ledgers: list[Ledger]) -> None:
+    """Four simultaneous claims by one agent: one new attempt, three resumed, none refused."""
+    for round_no in range(10):
+        await _register(ledgers[0], f"four-{round_no:02d}", 4)
+        agent = f"agent-four-{round_no:02d}"
+        claims = await asyncio.gather(*(ledger.claim(agent) for ledger in ledgers[:4]))
+        assert len({c.unit.id for c in claims if c.unit is not None}) == 1
+        assert len({c.attempt.id for c in claims if c.attempt is not None}) == 1
+        assert sorted(c.resumed for c in claims) == [False, True, True, True]
+    assert await ledgers[0].audit() == []
