@@ -213,36 +213,35 @@ async def _keyed(request: Request) -> tuple[str, bytes, bytes]:
     return f"{caller.role}:{caller.agent}", body, digest
 
 
+class _RollBack(Exception):
+    """Leave the transaction without committing, answering `response`."""
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+
 async def _run_atomic(request: Request, key: str, handler: Handler) -> Response:
     """Reserve, write and store the outcome in one transaction on one connection.
 
     A concurrent duplicate's reservation waits on ours and then finds our outcome; a
-    crash rolls everything back, so the retry runs as if for the first time."""
+    crash rolls everything back, so the retry runs as if for the first time. A database
+    that cannot be reached (acquire, commit) is a 503, as everywhere."""
     scope, _, digest = await _keyed(request)
     base: Ledger = request.app.state.ledger
-    async with base.store.pool.acquire() as conn:
-        tx = conn.transaction()
-        async with translated_errors():
-            await tx.start()
-        try:
+    try:
+        async with translated_errors(), base.store.pool.acquire() as conn, conn.transaction():
             keys = IdempotencyStore(Store(_on(conn)))
             reservation = await keys.reserve(scope, key, digest, runs_for=None)
             if reservation.outcome is not None:
-                await tx.rollback()
-                return _replay(reservation.outcome)
+                raise _RollBack(_replay(reservation.outcome))
             request.state.ledger = _bound_ledger(base, conn)
             response = await _outcome_of(handler, request)
             if not _is_decision(response.status_code):
-                await tx.rollback()
-                return response
+                raise _RollBack(response)  # it ran nothing: free the key
             await keys.complete(scope, key, _stored(response))
-            async with translated_errors():
-                await tx.commit()
             return response
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await tx.rollback()
-            raise
+    except _RollBack as rolled_back:
+        return rolled_back.response
 
 
 async def _run_idempotent(request: Request, key: str, handler: Handler) -> Response:
