@@ -265,7 +265,7 @@ def _check_replays(report: Report, groups: list[Group]) -> None:
         if acked is None:
             continue
         for op in group.ops:
-            if op.n <= acked.n or op.status is None:
+            if op.n <= acked.n or op.in_doubt:  # e.g. a 503 while the database was down
                 continue
             if op.replayed and op.status == acked.status and op.response == acked.response:
                 report.duplicates_replayed += 1
