@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-from workload import IN_FLIGHT, Op, Recorder
+from workload import UNKNOWN_OUTCOME, Op, Recorder
 
 # Writes whose response carries the lease of the attempt they name (a cost's may not).
 LEASING = frozenset({"claim", "claim_named", "heartbeat", "start", "unblock"})
@@ -70,7 +70,9 @@ class Group:
 
     @property
     def in_doubt(self) -> bool:
-        return self.acked is None and any(op.in_doubt or op.refusal == IN_FLIGHT for op in self.ops)
+        return self.acked is None and any(
+            op.in_doubt or op.refusal in UNKNOWN_OUTCOME for op in self.ops
+        )
 
 
 def _groups(ops: list[Op]) -> list[Group]:

@@ -192,11 +192,6 @@ async def test_postgres_down_answers_503_then_recovers(
     assert code == 0, out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: the pool has no statement or connect timeout, and asyncpg's cancel "
-    "cleanup waits on the frozen server, so even /readyz's 2 s timeout cannot fire",
-)
 async def test_postgres_frozen_readyz_answers_within_its_timeout(
     start_server: StartServer, postgres: Postgres
 ) -> None:

@@ -21,7 +21,8 @@ from typing import Any
 
 import httpx
 
-IN_FLIGHT = "idempotency_key_in_flight"
+# Refusals that say "your first request may or may not have taken effect": in doubt.
+UNKNOWN_OUTCOME = frozenset({"idempotency_key_in_flight", "idempotency_outcome_unknown"})
 
 
 @dataclass
@@ -194,7 +195,7 @@ class Workload:
         )
         first = op.n
         for attempt in range(4):
-            if not op.in_doubt and op.refusal != IN_FLIGHT:
+            if not op.in_doubt and op.refusal not in UNKNOWN_OUTCOME:
                 break
             await asyncio.sleep(0.05 * 2**attempt)
             op = await self.recorder.call(
