@@ -89,8 +89,10 @@ def _signature(group: Group) -> tuple[Any, ...] | None:
     body = op.body or {}
     kind = op.kind
     if kind in ("claim", "claim_named"):
-        if acked is not None and (acked.response.get("resumed") or acked.response["unit"] is None):
-            return None  # a resumed claim or an empty queue writes nothing
+        if acked is not None and acked.response["unit"] is None:
+            return None  # an empty queue writes nothing
+        if acked is not None and acked.response.get("resumed"):
+            return ("resumed", op.agent)  # may write a heartbeat: asking again is a sign of life
         return ("claim", op.agent)
     attempt = body.get("attempt_id") or op.path.split("/")[2]
     if kind == "cost":
@@ -120,6 +122,8 @@ def _event_signature(event: asyncpg.Record) -> tuple[Any, ...] | None:
         return ("transitioned", attempt, event["to_state"])
     if kind == "unblocked":
         return ("unblocked", event["detail"]["question_id"])
+    if kind == "heartbeat" and event["detail"].get("resumed"):
+        return ("resumed", event["agent_id"])
     if kind in ("heartbeat", "released", "blocked", "disposed"):
         return (kind, attempt)
     return None  # registered
@@ -160,10 +164,12 @@ def _check_effects(report: Report, groups: list[Group], events: list[asyncpg.Rec
             acked[signature] += 1
         elif group.in_doubt:
             doubt[signature] += 1
+            if signature[0] == "claim":  # a claim in doubt may have been a resumed one
+                doubt[("resumed", *signature[1:])] += 1
     written = Counter(s for s in map(_event_signature, events) if s is not None)
     for signature in set(acked) | set(doubt) | set(written):
         a, d, e = acked[signature], doubt[signature], written[signature]
-        if e < a:
+        if e < a and signature[0] != "resumed":  # whether resuming writes an event is a detail
             report.violations.append(f"acknowledged but not in the ledger: {signature} ({a} > {e})")
         elif e > a + d:
             report.violations.append(
