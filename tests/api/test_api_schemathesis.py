@@ -24,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
 
 from work_ledger.auth import Role
 
-EXAMPLES = int(os.environ.get("WL_FUZZ_EXAMPLES", "15"))
+EXAMPLES = int(os.environ.get("WL_FUZZ_EXAMPLES", "10"))
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
