@@ -109,6 +109,7 @@ async def authenticate(request: Request) -> Caller:
         )
     tokens: TokenStore = request.app.state.tokens
     principal = await tokens.verify(token.strip())
+    request.state.principal = principal.principal
     caller = Caller(principal, acting_agent(principal, request.headers.get(AGENT_HEADER)))
     request.state.caller = caller
     request.state.principal = caller.agent
@@ -136,7 +137,7 @@ def require(*roles: Role) -> Callable[..., Awaitable[Caller]]:
         if found.role not in allowed:
             raise Forbidden(
                 f"a {found.role} token may not {request.method} {request.url.path}; this "
-                f"endpoint takes a token with role {names}"
+                f"endpoint takes a token with role {names}; ask an operator for one"
             )
         return found
 
