@@ -59,6 +59,7 @@ class Group:
     """The requests of one logical write (one Idempotency-Key)."""
 
     ops: list[Op]
+    resumed: bool = False  # an acknowledged claim that handed back a claim already held
 
     @property
     def first(self) -> Op:
@@ -80,7 +81,20 @@ def _groups(ops: list[Op]) -> list[Group]:
     for op in ops:
         if op.method == "POST":
             by_first[op.first].append(op)
-    return [Group(sorted(g, key=lambda o: o.n)) for _, g in sorted(by_first.items())]
+    groups = [Group(sorted(g, key=lambda o: o.n)) for _, g in sorted(by_first.items())]
+    # A named claim's response carries no `resumed` flag: it resumed if it handed back an
+    # attempt some earlier response had already named.
+    named_before: set[str] = set()
+    for group in sorted(groups, key=lambda g: g.acked.n if g.acked else g.first.n):
+        acked = group.acked
+        if acked is None or not isinstance(acked.response, dict):
+            continue
+        attempt = (acked.response.get("attempt") or {}).get("id")
+        if group.first.kind in ("claim", "claim_named"):
+            group.resumed = bool(acked.response.get("resumed")) or attempt in named_before
+        if attempt is not None:
+            named_before.add(attempt)
+    return groups
 
 
 def _signature(group: Group) -> tuple[Any, ...] | None:
@@ -91,7 +105,7 @@ def _signature(group: Group) -> tuple[Any, ...] | None:
     if kind in ("claim", "claim_named"):
         if acked is not None and acked.response["unit"] is None:
             return None  # an empty queue writes nothing
-        if acked is not None and acked.response.get("resumed"):
+        if group.resumed:
             return ("resumed", op.agent)  # may write a heartbeat: asking again is a sign of life
         return ("claim", op.agent)
     attempt = body.get("attempt_id") or op.path.split("/")[2]
@@ -156,10 +170,12 @@ async def check(conn: asyncpg.Connection, recorder: Recorder) -> Report:
 def _check_effects(report: Report, groups: list[Group], events: list[asyncpg.Record]) -> None:
     acked: Counter[tuple[Any, ...]] = Counter()
     doubt: Counter[tuple[Any, ...]] = Counter()
+    seen: dict[tuple[Any, ...], list[str]] = defaultdict(list)
     for group in groups:
         signature = _signature(group)
         if signature is None:
             continue
+        seen[signature].append(_described(group))
         if group.acked is not None:
             acked[signature] += 1
         elif group.in_doubt:
@@ -170,12 +186,27 @@ def _check_effects(report: Report, groups: list[Group], events: list[asyncpg.Rec
     for signature in set(acked) | set(doubt) | set(written):
         a, d, e = acked[signature], doubt[signature], written[signature]
         if e < a and signature[0] != "resumed":  # whether resuming writes an event is a detail
-            report.violations.append(f"acknowledged but not in the ledger: {signature} ({a} > {e})")
+            report.violations.append(
+                f"acknowledged but not in the ledger: {signature} ({a} > {e}); "
+                f"requests: {seen[signature]}"
+            )
         elif e > a + d:
             report.violations.append(
                 f"in the ledger without an acknowledged or in-doubt write: {signature} "
-                f"({e} events, {a} acknowledged, {d} in doubt)"
+                f"({e} events, {a} acknowledged, {d} in doubt); requests: {seen[signature]}"
             )
+
+
+def _described(group: Group) -> str:
+    """A group's requests in brief: op number, status, replayed, and what a claim returned."""
+    parts = []
+    for op in group.ops:
+        part = f"#{op.n} {op.status}{' replayed' if op.replayed else ''}"
+        response = op.response if isinstance(op.response, dict) else {}
+        if response.get("attempt"):
+            part += f" attempt {response['attempt']['id'][:8]} resumed={response.get('resumed')}"
+        parts.append(part)
+    return f"[{group.first.kind} {', '.join(parts)}]"
 
 
 def _check_claims(

@@ -13,7 +13,7 @@ from work_ledger.auth import Role
 pytestmark = pytest.mark.faults
 AGENTS = 12
 UNITS = 400
-SECONDS = 8.0
+SECONDS = 6.0
 
 
 async def test_history_random_workload_keeps_every_promise(
