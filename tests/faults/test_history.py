@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
+
 import asyncpg
 import pytest
 from history import check
 from served import StartServer, audit, cli_token, client, mint
-from workload import Workload
+from workload import Op, Recorder, Workload
 
 from work_ledger.auth import Role
 
@@ -43,3 +45,19 @@ async def test_history_random_workload_keeps_every_promise(
     assert report.reclaims > 0  # dead agents' units came back
     assert report.duplicates_replayed > 0
     assert report.refused > 0
+
+
+async def test_history_checker_catches_an_acknowledged_write_the_ledger_lacks(
+    raw: asyncpg.Connection,
+) -> None:
+    """The checker is not vacuous: a 2xx cost with no cost_recorded event is a violation."""
+    attempt = str(uuid.uuid4())
+    acked = Op(
+        0, "agent-x", "cost", "POST", f"/attempts/{attempt}/cost", {"cost_cents": 417},
+        "k1", 0, 0.0, 0.01, 200, {"attempt": {"id": attempt}}, False, None,
+    )  # fmt: skip
+    recorder = Recorder()
+    recorder.ops.append(acked)
+    report = await check(raw, recorder)
+    assert any("acknowledged but not in the ledger" in v for v in report.violations)
+    assert any("ledger cost 0 is not between" in v for v in report.violations)
