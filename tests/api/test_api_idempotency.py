@@ -209,3 +209,20 @@ async def test_keyed_write_and_its_outcome_commit_together(
         "WHERE k.key = 'together' AND e.event_type = 'cost_recorded'"
     )
     assert (row["status_code"], row["same_tx"]) == (200, True)
+
+
+async def test_concurrent_duplicate_claims_claim_once(
+    api: Api, operator: httpx.AsyncClient
+) -> None:
+    """Ten simultaneous copies of one keyed claim: one unit claimed, ten identical answers."""
+    await register(operator, "a", "b", "c")
+    token = await api.token(Role.AGENT, "fleet")
+    clients = [api.client(token, **{"X-WL-Agent": "fleet/w1"}) for _ in range(10)]
+    key = {"Idempotency-Key": "claim-burst"}
+    responses = await asyncio.gather(
+        *(c.post("/units/claim", json={}, headers=key) for c in clients)
+    )
+    assert len({r.content for r in responses}) == 1
+    assert sum(r.headers.get("Idempotent-Replayed") == "true" for r in responses) == 9
+    states = [u["state"] for u in (await operator.get("/units")).json()["items"]]
+    assert sorted(states) == ["claimed", "ready", "ready"]
