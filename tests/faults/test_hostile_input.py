@@ -34,7 +34,7 @@ from work_ledger.db.connect import connect, ensure_database, with_database
 pytestmark = pytest.mark.faults
 PROBLEM = "application/problem+json"
 HTTP_LAYER_REFUSAL = "Invalid HTTP request received."
-FUZZ_EXAMPLES_PER_OPERATION = 25
+FUZZ_EXAMPLES_PER_OPERATION = 15
 TABLES = (
     "work_units",
     "work_unit_attempts",
