@@ -8,6 +8,7 @@ migrated template database is built per session; each test gets its own copy of 
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,13 +24,15 @@ from work_ledger.service import Ledger
 
 
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+def server_url() -> str:
     """An admin URL of the PostgreSQL server the tests run against."""
     external = os.environ.get("WL_TEST_DATABASE_URL")
     if external:
         return external
-    home: Path = tmp_path_factory.mktemp("wl-home")
-    return embedded_server_url(home)
+    # Not under pytest's temporary folders: another pytest run on the machine may prune
+    # those while this server still runs in them.
+    home = Path(tempfile.mkdtemp(prefix="wl-tests-"))
+    return embedded_server_url(home, delete_on_exit=True)
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,7 @@ from work_ledger.errors import (
 MAX_BATCH = 1000
 MAX_LEASE_SECONDS = 86400
 MAX_EVIDENCE_URL = 2048
+MAX_PAGE_LIMIT = 500
 
 
 def _z(moment: dt.datetime | None) -> str:
@@ -205,7 +206,9 @@ class Ledger:
             raise InvalidInput(
                 f"cost_cents must be a positive whole number of cents, not {cost_cents}"
             )
-        row = await self.store.fetchrow("record_cost", attempt_id, cost_cents, actor.holder)
+        row = await self.store.fetchrow(
+            "record_cost", attempt_id, cost_cents, actor.holder, actor.name
+        )
         if row is None:
             raise await self._attempt_refused(attempt_id, actor, "record cost for")
         return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
@@ -574,6 +577,7 @@ class Ledger:
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Unit]:
+        _check_page_limit(limit)
         after_time, after_id = _decode_keyset(cursor)
         rows = await self.store.fetch(
             "list_units", state, domain, fleet, disposition, after_time, after_id, limit
@@ -585,6 +589,7 @@ class Ledger:
     async def list_events(
         self, *, unit_ref: str | None = None, limit: int = 100, cursor: str | None = None
     ) -> Page[Event]:
+        _check_page_limit(limit)
         unit_id = None if unit_ref is None else await self.resolve(unit_ref)
         if unit_id is not None:
             await self._look(unit_id)
@@ -607,6 +612,7 @@ class Ledger:
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Question]:
+        _check_page_limit(limit)
         after_time, after_id = _decode_keyset(cursor)
         rows = await self.store.fetch(
             "list_questions", status, assignee_group_slug, after_time, after_id, limit
@@ -653,6 +659,13 @@ class Ledger:
                 f"({', '.join(self.evidence_prefixes)}); upload the evidence there and link to it",
                 invariant="evidence_prefix_allowed",
             )
+
+
+def _check_page_limit(limit: int) -> None:
+    if not 1 <= limit <= MAX_PAGE_LIMIT:
+        raise InvalidInput(
+            f"limit must be 1..{MAX_PAGE_LIMIT}, not {limit}; page on with the cursor"
+        )
 
 
 def _encode_keyset(moment: dt.datetime, row_id: uuid.UUID) -> str:

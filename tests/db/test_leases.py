@@ -7,7 +7,7 @@ import uuid
 import asyncpg
 import pytest
 
-from work_ledger.domain import Actor, Disposition, NewUnit, Outcome, State
+from work_ledger.domain import Actor, Claim, Disposition, NewUnit, Outcome, State
 from work_ledger.errors import AttemptSuperseded, NotFound
 from work_ledger.service import Ledger
 
@@ -17,7 +17,8 @@ OPERATOR = Actor("operator", privileged=True)
 async def expire(raw: asyncpg.Connection, ref: str) -> None:
     """Let the unit's lease lapse, as a dead agent's would."""
     await raw.execute(
-        "UPDATE work_units SET lease_expires_at = now() - interval '1 second'"
+        "UPDATE work_units SET lease_expires_at = now() - interval '1 second',"
+        " last_heartbeat_at = last_heartbeat_at - (lease_expires_at - now()) - interval '1 second'"
         " WHERE external_ref = $1",
         ref,
     )
@@ -223,3 +224,41 @@ async def test_claim_serves_a_batch_in_its_own_order(ledger: Ledger) -> None:
         assert claim.unit is not None
         claimed.append(claim.unit.external_ref)
     assert claimed == [*refs, "aardvark"]
+
+
+async def test_asking_again_renews_a_lapsed_lease(ledger: Ledger, raw: asyncpg.Connection) -> None:
+    """A resumed claim is a sign of life: the lapsed lease is renewed and a heartbeat logged."""
+    await ledger.register([NewUnit("u-1", "fleet-a")], OPERATOR)
+    first = await ledger.claim("agent-a", lease_seconds=60)
+    await expire(raw, "u-1")
+
+    again = await ledger.claim("agent-a", lease_seconds=60)
+    stolen = await ledger.claim("agent-b")
+
+    assert again.resumed
+    assert again.attempt is not None
+    assert first.attempt is not None
+    assert again.attempt.id == first.attempt.id
+    assert stolen == Claim(None, None)
+    lapsed = await raw.fetchval(
+        "SELECT lease_expires_at < now() FROM work_units WHERE external_ref = 'u-1'"
+    )
+    assert lapsed is False
+    event = (await ledger.list_events(unit_ref="u-1", limit=1)).items[0]
+    assert (event.event_type, event.detail["resumed"]) == ("heartbeat", True)
+
+
+async def test_start_renews_the_lease_at_its_granted_length(
+    ledger: Ledger, raw: asyncpg.Connection
+) -> None:
+    """Starting after the lease lapsed (nobody reclaimed it) restarts it at the same length."""
+    await ledger.register([NewUnit("u-1", "fleet-a")], OPERATOR)
+    await ledger.claim("agent-a", lease_seconds=600)
+    await expire(raw, "u-1")
+
+    unit, _ = await ledger.start("u-1", Actor("agent-a"))
+
+    assert unit.lease_expires_at is not None
+    assert unit.last_heartbeat_at is not None
+    granted = (unit.lease_expires_at - unit.last_heartbeat_at).total_seconds()
+    assert granted == pytest.approx(600, abs=1)

@@ -208,6 +208,7 @@ class LedgerMachine(RuleBasedStateMachine):
         if resumed:
             assert unit.live is not None
             assert claim.attempt.id == unit.live.id
+            unit.lapsed_at = None  # asking again renews the lease
         else:
             unit.begin_attempt(claim.attempt.id, agent)
         assert (claim.attempt.agent_id, claim.attempt.attempt_no) == (agent, len(unit.attempts))
@@ -282,7 +283,7 @@ class LedgerMachine(RuleBasedStateMachine):
         write = self.ledger.start(unit.ref, Actor(agent), attempt_id=attempt_id)
         if unit.state is State.CLAIMED and unit.holder == agent and fence_ok:
             self.run(write)
-            unit.state = State.IN_PROGRESS
+            unit.state, unit.lapsed_at = State.IN_PROGRESS, None  # starting renews the lease
         else:
             self.refused(write, self.unit_refusal(unit, Actor(agent), fence_ok))
 
@@ -454,7 +455,10 @@ class LedgerMachine(RuleBasedStateMachine):
         unit = leased[index % len(leased)]
         unit.lapsed_at = self.run(
             self.raw.fetchval(
-                "UPDATE work_units SET lease_expires_at = now() - interval '1 second'"
+                # As if the lease's time had passed: the heartbeat moves back with it.
+                "UPDATE work_units SET lease_expires_at = now() - interval '1 second',"
+                " last_heartbeat_at = last_heartbeat_at - (lease_expires_at - now())"
+                " - interval '1 second'"
                 " WHERE external_ref = $1 RETURNING lease_expires_at",
                 unit.ref,
             )

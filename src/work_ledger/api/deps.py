@@ -172,10 +172,11 @@ Connection: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[asyncpg.Record
 
 
 # A claim retried after its server died finds the agent's claim held and returns it
-# (resumed): re-running it has no second effect, so a claim, which may long-poll, reserves
-# its key apart from the write. Every other write stores its outcome in the same
-# transaction as its effect: both commit, or neither.
-CLAIM_PATHS = frozenset({"/units/claim", "/units/{unit:path}/claim"})
+# (resumed), and a projected event already recorded is a duplicate: re-running either has
+# no second effect, so they (a claim may long-poll; a projection runs one transaction per
+# event) reserve their key apart from the write. Every other write stores its outcome in
+# the same transaction as its effect: both commit, or neither.
+RERUNNABLE_PATHS = frozenset({"/units/claim", "/units/{unit:path}/claim", "/projection/events"})
 
 
 class IdempotentRoute(APIRoute):
@@ -185,7 +186,7 @@ class IdempotentRoute(APIRoute):
         handler = super().get_route_handler()
         if "POST" not in (self.methods or ()):
             return handler
-        atomic = self.path not in CLAIM_PATHS
+        atomic = self.path not in RERUNNABLE_PATHS
 
         async def idempotent(request: Request) -> Response:
             key = request.headers.get("idempotency-key")

@@ -6,6 +6,7 @@ RAISE ... CONSTRAINT), so the mapping needs no string matching.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -35,6 +36,11 @@ async def translated_errors() -> AsyncIterator[None]:
         raise _refusal(exc) from exc
     except asyncpg.RaiseError as exc:
         raise _refusal(exc) from exc
+    except asyncpg.TransactionRollbackError as exc:
+        raise Unavailable(
+            f"the write collided with a concurrent one ({exc.sqlstate}: {exc}) and was rolled "
+            "back, nothing written; retry the same request (with the same Idempotency-Key)"
+        ) from exc
     except (asyncpg.DataError, asyncpg.ProgramLimitExceededError) as exc:
         raise InvalidInput(f"the database refused a value: {exc}") from exc
     except _UNAVAILABLE as exc:
@@ -51,15 +57,28 @@ def _refusal(exc: asyncpg.PostgresError) -> InvariantViolation:
 
 
 class Store:
-    """Named statements over a pool; one statement, one round trip."""
+    """Named statements over a pool; one statement, one round trip.
+
+    On a real pool each statement is its own transaction, rolled back whole by a deadlock
+    or a serialization failure, so it is run again (a few times) before giving up. Inside a
+    caller's transaction (anything else standing in for the pool) it is not: the caller's
+    transaction decides.
+    """
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
+        self.attempts = 4 if isinstance(pool, asyncpg.Pool) else 1
 
     async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
         async with translated_errors():
+            for _ in range(self.attempts - 1):
+                with contextlib.suppress(asyncpg.TransactionRollbackError):
+                    return await self.pool.fetch(QUERIES[name], *args)
             return await self.pool.fetch(QUERIES[name], *args)
 
     async def fetchrow(self, name: str, *args: Any) -> asyncpg.Record | None:
         async with translated_errors():
+            for _ in range(self.attempts - 1):
+                with contextlib.suppress(asyncpg.TransactionRollbackError):
+                    return await self.pool.fetchrow(QUERIES[name], *args)
             return await self.pool.fetchrow(QUERIES[name], *args)

@@ -99,14 +99,28 @@ WITH held AS (
                 ELSE jsonb_build_object('previous_agent', c.previous_agent,
                                         'superseded_attempt_id', a.superseded_ids[1]) END
     FROM claimed AS c, attempt AS a
+), resumed AS (
+    -- Asking again is a sign of life: the held claim's lease is renewed, never shortened.
+    UPDATE work_units AS u
+    SET lease_expires_at = greatest(u.lease_expires_at, now() + make_interval(secs => $3)),
+        last_heartbeat_at = now()
+    WHERE u.claimed_by = $1 AND u.state IN ('claimed', 'in_progress')
+      AND ($4::uuid IS NULL OR u.id = $4)
+    RETURNING u AS unit
+), resumed_attempt AS (
+    SELECT r.unit, t AS attempt
+    FROM resumed AS r
+    JOIN work_unit_attempts AS t ON t.unit_id = (r.unit).id AND t.outcome IS NULL
+), resumed_event AS (
+    INSERT INTO work_unit_events (unit_id, attempt_id, event_type, agent_id, detail)
+    SELECT (unit).id, (attempt).id, 'heartbeat', $1,
+           jsonb_build_object('resumed', true, 'lease_expires_at', (unit).lease_expires_at)
+    FROM resumed_attempt
 )
 SELECT c.unit, a.attempt, false AS resumed, c.from_state
 FROM claimed AS c, attempt AS a
 UNION ALL
-SELECT u, t, true, u.state
-FROM work_units AS u
-JOIN work_unit_attempts AS t ON t.unit_id = u.id AND t.outcome IS NULL
-WHERE u.id IN (SELECT id FROM held) AND ($4::uuid IS NULL OR u.id = $4);
+SELECT unit, attempt, true, (unit).state FROM resumed_attempt;
 
 -- name: heartbeat_attempt
 -- $1 attempt id, $2 holder or null (privileged), $3 lease seconds. A blocked unit's lease
@@ -154,7 +168,15 @@ WITH live AS (
     UPDATE work_units AS u
     SET state = $2::work_state,
         claimed_by = CASE WHEN $2::work_state IN ('ready', 'verified') THEN NULL ELSE u.claimed_by END,
-        lease_expires_at = CASE WHEN $2::work_state IN ('ready', 'verified') THEN NULL ELSE u.lease_expires_at END,
+        -- Starting is a sign of life: the lease restarts at the length last granted.
+        lease_expires_at = CASE
+            WHEN $2::work_state IN ('ready', 'verified') THEN NULL
+            WHEN $2::work_state = 'in_progress'
+                THEN greatest(u.lease_expires_at,
+                              now() + (u.lease_expires_at - u.last_heartbeat_at))
+            ELSE u.lease_expires_at END,
+        last_heartbeat_at = CASE WHEN $2::work_state = 'in_progress' THEN now()
+                                 ELSE u.last_heartbeat_at END,
         evidence_urls = CASE WHEN $6::text IS NULL THEN u.evidence_urls
                              ELSE array_append(u.evidence_urls, $6) END
     FROM live
@@ -244,7 +266,8 @@ WITH open_question AS (
 SELECT unit.unit, q.question FROM unit, question AS q;
 
 -- name: record_cost
--- $1 attempt, $2 cents (> 0), $3 the attempt's agent or null (privileged). The unit row is
+-- $1 attempt, $2 cents (> 0), $3 the attempt's agent or null (privileged), $4 acting
+-- principal. The unit row is
 -- locked first, as every other write does, so cost never deadlocks with a claim.
 WITH target AS (
     SELECT a.unit_id, a.agent_id
@@ -266,7 +289,7 @@ WITH target AS (
     RETURNING u AS unit
 ), event AS (
     INSERT INTO work_unit_events (unit_id, attempt_id, event_type, agent_id, cost_delta_cents)
-    SELECT unit_id, $1, 'cost_recorded', coalesce($3, agent_id), $2 FROM target
+    SELECT unit_id, $1, 'cost_recorded', $4, $2 FROM target
 )
 SELECT unit.unit, attempt.attempt FROM unit, attempt;
 
