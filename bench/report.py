@@ -55,7 +55,8 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
         "",
         f"Machine: {m['cpu_model']}, {m['logical_cpus']} logical CPUs, {m['memory_gb']} GB; "
         f"{m['os']}; Python {m['python']}, asyncpg {m['asyncpg']}. Load average at start "
-        f"{_n(result['load_average_start'][0], 2)}, at end {_n(result['load_average_end'][0], 2)}.",
+        f"{_n(result['load_average_start'][0], 2)}, at end "
+        f"{_n((result.get('load_average_end') or [None])[0], 2)}.",
         "",
         f"Product measured: commit {result['product']['commit']}"
         + (
