@@ -35,6 +35,8 @@ class Report:
     refused: int = 0
     in_doubt: int = 0
     duplicates_replayed: int = 0
+    no_answer: int = 0  # requests that got no HTTP answer at all (timeouts, refused, reset)
+    timeouts: int = 0
     events: int = 0
     units: int = 0
     reclaims: int = 0
@@ -46,7 +48,8 @@ class Report:
         return (
             f"operations: {self.operations} HTTP requests ({self.writes} writes: {self.acked} "
             f"acknowledged, {self.refused} refused, {self.in_doubt} in doubt; "
-            f"{self.duplicates_replayed} same-key retries replayed)\n"
+            f"{self.duplicates_replayed} same-key retries replayed; {self.no_answer} requests "
+            f"got no answer, {self.timeouts} of them client timeouts)\n"
             f"ledger: {self.units} units, {self.events} events, {self.reclaims} stale reclaims\n"
             f"refusals by invariant: {refusals}\n"
             f"violations: {len(self.violations)}"
@@ -151,6 +154,8 @@ async def check(conn: asyncpg.Connection, recorder: Recorder) -> Report:
     attempts = {str(a["id"]): a for a in await conn.fetch("SELECT * FROM work_unit_attempts")}
     units = await conn.fetch("SELECT * FROM work_units")
     report = Report(operations=len(ops), writes=len(groups), events=len(events), units=len(units))
+    report.no_answer = sum(1 for op in ops if op.status is None)
+    report.timeouts = sum(1 for op in ops if op.error and "Timeout" in op.error.split(":")[0])
     for group in groups:
         if group.acked is not None:
             report.acked += 1
