@@ -58,6 +58,12 @@ async def connect(url: str) -> asyncpg.Connection:
     return conn
 
 
+# A hung server or network must turn into an error the caller can act on (503), not a
+# request that never answers. Every ledger statement is an index lookup or a short scan.
+CONNECT_TIMEOUT_SECONDS = 10.0
+STATEMENT_TIMEOUT_SECONDS = 30.0
+
+
 async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
     pool = await asyncpg.create_pool(
         url,
@@ -65,6 +71,8 @@ async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asy
         max_size=max_size,
         server_settings=SERVER_SETTINGS,
         init=_init_connection,
+        timeout=CONNECT_TIMEOUT_SECONDS,
+        command_timeout=STATEMENT_TIMEOUT_SECONDS,
     )
     assert pool is not None
     return pool

@@ -25,6 +25,7 @@ _UNAVAILABLE = (
     # A connection cut mid-statement (e.g. PostgreSQL shutting down) is left half-way
     # through its protocol; asyncpg then refuses the next step or the pool's reset with this.
     asyncpg.InternalClientError,
+    TimeoutError,  # the pool's connect or statement timeout
 )
 
 
