@@ -34,6 +34,7 @@ async def test_history_random_workload_keeps_every_promise(
         assert (await op.post("/units", json={"units": units})).status_code == 200
 
     workload = Workload(server.url, dict(zip(names, tokens, strict=True)), triage)
+    workload.doomed = {names[0], names[1]}  # at least two deaths, early: reclaims are certain
     recorder = await workload.run(SECONDS)
     report = await check(raw, recorder)
     code, out = await audit(server.env)

@@ -154,6 +154,7 @@ class Workload:
     seen_units: list[str] = field(default_factory=list)
     seen_attempts: list[str] = field(default_factory=list)
     deaths: int = 0
+    doomed: set[str] = field(default_factory=set)  # agents that die on their first unit
 
     async def run(self, seconds: float | None = None) -> Recorder:
         """Run every agent and triage; stop after `seconds` (or when `stop` is set)."""
@@ -262,7 +263,8 @@ class Workload:
                 return "lost"
         self.seen_attempts.append(aid)
         roll = rnd.random()
-        if roll < self.chaos.die:
+        if roll < self.chaos.die or agent in self.doomed:
+            self.doomed.discard(agent)
             return "died"
         if roll < self.chaos.die + self.chaos.block and not await self._blocked(
             http, write, agent, uid, aid, headers
