@@ -169,7 +169,32 @@ async def check(conn: asyncpg.Connection, recorder: Recorder) -> Report:
     _check_holding(report, events, attempts, _acked_leases(ops))
     _check_replays(report, groups)
     _check_costs(report, groups, events, attempts, units)
+    _check_units(report, groups, units)
     return report
+
+
+def _check_units(report: Report, groups: list[Group], units: list[asyncpg.Record]) -> None:
+    """The unit rows show every acknowledged disposal and verification."""
+    by_id = {str(u["id"]): u for u in units}
+    for group in groups:
+        acked, body = group.acked, group.first.body or {}
+        if acked is None or group.first.kind not in ("dispose", "verify"):
+            continue
+        unit = by_id.get(group.first.path.split("/")[2])
+        if unit is None:
+            report.violations.append(f"acknowledged {group.first.kind} of an unknown unit")
+        elif group.first.kind == "dispose" and unit["disposition"] != body["disposition"]:
+            report.violations.append(
+                f"unit {unit['external_ref']} was acknowledged {body['disposition']} "
+                f"but is {unit['disposition']}"
+            )
+        elif group.first.kind == "verify" and (
+            unit["state"] not in ("verified", "done")
+            or body["evidence_url"] not in unit["evidence_urls"]
+        ):
+            report.violations.append(
+                f"unit {unit['external_ref']} was acknowledged verified but is {unit['state']}"
+            )
 
 
 def _check_effects(report: Report, groups: list[Group], events: list[asyncpg.Record]) -> None:
