@@ -6,7 +6,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from work_ledger.config import Settings
-from work_ledger.db.connect import connect, create_pool, resolve_database_url
+from work_ledger.db.connect import (
+    STATEMENT_TIMEOUT_SECONDS,
+    connect,
+    create_pool,
+    resolve_database_url,
+)
 from work_ledger.db.migrate import apply_migrations
 from work_ledger.db.store import Store
 from work_ledger.readside import store_settings
@@ -23,12 +28,22 @@ async def migrate_database(url: str) -> list[str]:
 
 @asynccontextmanager
 async def open_ledger(
-    settings: Settings, *, max_connections: int = 10, url: str | None = None
+    settings: Settings,
+    *,
+    max_connections: int = 10,
+    url: str | None = None,
+    statement_timeout: float | None = STATEMENT_TIMEOUT_SECONDS,
 ) -> AsyncIterator[Ledger]:
-    """A migrated, pooled ledger for the life of the block."""
+    """A migrated, pooled ledger for the life of the block. Operator commands that scan the
+    whole ledger (audit) pass `statement_timeout=None`."""
     url = url or await resolve_database_url(settings)
     await migrate_database(url)
-    pool = await create_pool(url, min_size=min(2, max_connections), max_size=max_connections)
+    pool = await create_pool(
+        url,
+        min_size=min(2, max_connections),
+        max_size=max_connections,
+        statement_timeout=statement_timeout,
+    )
     try:
         await store_settings(pool, stall_seconds=settings.stall_seconds)  # v_stall_list reads it
         yield Ledger(

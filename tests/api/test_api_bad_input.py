@@ -35,6 +35,8 @@ BAD_REGISTER_BODIES = [
         '{"units": [{"external_ref": "a", "fleet": "f"}, {"external_ref": "a", "fleet": "f"}]}',
         "twice",
     ),
+    ('{"units": [{"external_ref": "a\\u0000b", "fleet": "f"}]}', "external_ref"),
+    ('{"units": [{"external_ref": "a", "fleet": "f\\u0000"}]}', "NUL"),
 ]
 
 

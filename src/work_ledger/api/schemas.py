@@ -6,7 +6,7 @@ import datetime as dt
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from pydantic import Strict as StrictMark
 
 from work_ledger.domain import Disposition, Outcome, QuestionStatus, State
@@ -43,6 +43,16 @@ AttemptId = Annotated[
 
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*")
+    @classmethod
+    def _text_without_nul(cls, value: Any) -> Any:
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError(
+                "text may not contain a NUL character (\\u0000), which PostgreSQL cannot "
+                "store; remove it and send again"
+            )
+        return value
 
 
 class NewUnitIn(Body):

@@ -64,7 +64,13 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 STATEMENT_TIMEOUT_SECONDS = 30.0
 
 
-async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+async def create_pool(
+    url: str,
+    *,
+    min_size: int = 2,
+    max_size: int = 10,
+    statement_timeout: float | None = STATEMENT_TIMEOUT_SECONDS,
+) -> asyncpg.Pool:
     pool = await asyncpg.create_pool(
         url,
         min_size=min_size,
@@ -72,7 +78,7 @@ async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asy
         server_settings=SERVER_SETTINGS,
         init=_init_connection,
         timeout=CONNECT_TIMEOUT_SECONDS,
-        command_timeout=STATEMENT_TIMEOUT_SECONDS,
+        command_timeout=statement_timeout,
     )
     assert pool is not None
     return pool
