@@ -102,6 +102,20 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
             "service claim p50 (c=1) with the large backlog ÷ with the small one",
         )
     )
+    proposed = _get(scale, "large_by_path", "proposed_sql:c=1")
+    if proposed:
+        out.append(
+            _goal(
+                "(proposed claim_unit guard, not in the product) same ratio",
+                _ratio(
+                    proposed.get("claim_p50_ms"),
+                    _get(scale, "small_by_path", "proposed_sql:c=1", "claim_p50_ms"),
+                ),
+                "<=",
+                1.2,
+                "the product's claim_unit with the one-line guard, on a raw connection",
+            )
+        )
     lp = _get(result, "longpoll") or {}
     out.append(_goal("long-poll wake-up p50 ≤ 50 ms", lp.get("wake_p50_ms"), "<=", 50, ""))
     out.append(
