@@ -8,15 +8,13 @@ the caller may do next; nothing was written.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import datetime as dt
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 import asyncpg
 
+from work_ledger import keyset, refusals
 from work_ledger.db.store import Store
 from work_ledger.domain import (
     HELD,
@@ -39,7 +37,6 @@ from work_ledger.domain import (
     states_disposable_as,
 )
 from work_ledger.errors import (
-    AttemptSuperseded,
     InvalidInput,
     InvariantViolation,
     NotFound,
@@ -50,16 +47,6 @@ from work_ledger.errors import (
 MAX_BATCH = 1000
 MAX_LEASE_SECONDS = 86400
 MAX_EVIDENCE_URL = 2048
-MAX_PAGE_LIMIT = 500
-
-
-def _z(moment: dt.datetime | None) -> str:
-    return "never" if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _allowed(state: State) -> str:
-    actions = NEXT_ACTIONS[state]
-    return ", ".join(actions) if actions else "nothing (the unit is closed for good)"
 
 
 class Ledger:
@@ -148,42 +135,10 @@ class Ledger:
     async def _claim_refused(self, unit_id: uuid.UUID, agent: str) -> WorkLedgerError:
         unit, _ = await self._look(unit_id)
         held = await self.store.fetchrow("unit_held_by", agent)
-        if held is not None and held["unit"]["id"] != unit_id:
-            other = Unit.from_record(held["unit"])
-            return InvariantViolation(
-                f"{agent} already holds unit {other.external_ref} ({other.state}); an agent holds "
-                f"one live claim at a time. Finish, block or release {other.external_ref} "
-                f"before claiming {unit.external_ref}.",
-                invariant="one_live_claim_per_agent",
-                unit_id=str(unit.id),
-                state=unit.state,
-                allowed=NEXT_ACTIONS[unit.state],
-            )
-        if unit.state in HELD:
-            return InvariantViolation(
-                f"unit {unit.external_ref} is held by {unit.claimed_by} ({unit.state}) "
-                + (
-                    f"until {_z(unit.lease_expires_at)}"
-                    if unit.lease_expires_at
-                    else "while its question is open"
-                )
-                + "; claim another unit, or wait for the lease to lapse",
-                invariant="unit_claimed_only_when_claimable",
-                unit_id=str(unit.id),
-                state=unit.state,
-                allowed=NEXT_ACTIONS[unit.state],
-            )
-        if unit.state is State.READY:
-            # Ready, yet the claim skipped it: another claim had the row locked just then.
-            return InvariantViolation(
-                f"unit {unit.external_ref} is being claimed by another agent at this moment; "
-                "claim another unit",
-                invariant="unit_claimed_only_when_claimable",
-                unit_id=str(unit.id),
-                state=unit.state,
-                allowed=NEXT_ACTIONS[unit.state],
-            )
-        return self._wrong_state(unit, "claim", [State.READY])
+        other = None if held is None else Unit.from_record(held["unit"])
+        if other is not None and other.id == unit_id:
+            other = None
+        return refusals.claim_refused(unit, agent, other)
 
     # -- attempt writes ------------------------------------------------------------------
 
@@ -223,14 +178,8 @@ class Ledger:
             )
         unit, attempt = Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
         if not actor.privileged and attempt.agent_id != actor.name:
-            return NotHolder(
-                f"attempt {attempt.attempt_no} of unit {unit.external_ref} belongs to "
-                f"{attempt.agent_id}, not {actor.name}; you cannot {action} it",
-                unit_id=str(unit.id),
-                state=unit.state,
-                allowed=NEXT_ACTIONS[unit.state],
-            )
-        return self._superseded(unit, attempt)
+            return refusals.attempt_not_yours(actor.name, action, unit, attempt)
+        return refusals.superseded(unit, attempt)
 
     # -- unit writes ---------------------------------------------------------------------
 
@@ -407,14 +356,8 @@ class Ledger:
             unit_id = question.unit_id
         unit, _ = await self._look(unit_id)
         if unit.state is State.BLOCKED:
-            raise NotFound(
-                f"question {question_id} is not the open question of unit {unit.external_ref}; "
-                "GET /questions?status=open lists the open ones",
-                unit_id=str(unit.id),
-                state=unit.state,
-                allowed=NEXT_ACTIONS[unit.state],
-            )
-        raise self._wrong_state(unit, "unblock", [State.BLOCKED])
+            raise refusals.not_the_open_question(unit, question_id)
+        raise refusals.wrong_state(unit, "unblock", [State.BLOCKED])
 
     async def _holder_busy(
         self, unit_id: uuid.UUID | None, question_id: uuid.UUID | None
@@ -422,15 +365,7 @@ class Ledger:
         if unit_id is None:
             unit_id = (await self.get_question(question_id)).unit_id  # type: ignore[arg-type]
         unit, _ = await self._look(unit_id)
-        return InvariantViolation(
-            f"unit {unit.external_ref} stays blocked: its holder {unit.claimed_by} has since "
-            "claimed another unit, and an agent holds one live claim at a time. The holder must "
-            "release or finish that unit first, or an operator can dispose this one DEFERRED.",
-            invariant="one_live_claim_per_agent",
-            unit_id=str(unit.id),
-            state=unit.state,
-            allowed=NEXT_ACTIONS[unit.state],
-        )
+        return refusals.holder_busy(unit)
 
     async def dispose(
         self,
@@ -496,50 +431,12 @@ class Ledger:
                     return NotFound(
                         f"attempt {attempt_id} is not an attempt of unit {unit.external_ref}"
                     )
-                return self._superseded(unit, Attempt.from_record(attempt["attempt"]))
+                return refusals.superseded(unit, Attempt.from_record(attempt["attempt"]))
         if not actor.privileged:
             holder = unit.claimed_by if unit.state in HELD else (last.agent_id if last else None)
             if unit.state is State.READY or holder != actor.name:
-                return NotHolder(
-                    f"{actor.name} cannot {action} unit {unit.external_ref}: "
-                    + (
-                        f"it is held by {holder} ({unit.state})"
-                        if unit.state in HELD
-                        else f"it is {unit.state} and not held by you"
-                    )
-                    + ". Work only on the unit your own claim returned; claim another unit.",
-                    unit_id=str(unit.id),
-                    state=unit.state,
-                    allowed=NEXT_ACTIONS[unit.state],
-                )
-        return self._wrong_state(unit, action, leaving)
-
-    def _wrong_state(self, unit: Unit, action: str, leaving: list[State]) -> InvariantViolation:
-        needs = " or ".join(leaving) or "no state"
-        return InvariantViolation(
-            f"unit {unit.external_ref} is {unit.state}; {action} needs it {needs}. "
-            f"Allowed from {unit.state}: {_allowed(unit.state)}.",
-            invariant="unit_state_transition_allowed",
-            unit_id=str(unit.id),
-            state=unit.state,
-            allowed=NEXT_ACTIONS[unit.state],
-        )
-
-    def _superseded(self, unit: Unit, attempt: Attempt) -> AttemptSuperseded:
-        why = (
-            f"was superseded: the lease lapsed and {unit.claimed_by or 'another agent'} "
-            f"reclaimed the unit as attempt {unit.attempt_count}"
-            if attempt.outcome is Outcome.SUPERSEDED
-            else f"has ended ({attempt.outcome})"
-        )
-        return AttemptSuperseded(
-            f"attempt {attempt.attempt_no} of unit {unit.external_ref} {why}. Your claim is "
-            "lost: stop working on this unit and do not retry; claim another unit.",
-            invariant="attempt_superseded",
-            unit_id=str(unit.id),
-            state=unit.state,
-            allowed=NEXT_ACTIONS[unit.state],
-        )
+                return refusals.not_holder(actor.name, action, unit, holder)
+        return refusals.wrong_state(unit, action, leaving)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -577,19 +474,19 @@ class Ledger:
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Unit]:
-        _check_page_limit(limit)
-        after_time, after_id = _decode_keyset(cursor)
+        keyset.check_page_limit(limit)
+        after_time, after_id = keyset.decode(cursor)
         rows = await self.store.fetch(
             "list_units", state, domain, fleet, disposition, after_time, after_id, limit
         )
         units = [Unit.from_record(r["unit"]) for r in rows]
         last = units[-1] if len(units) == limit else None
-        return Page(units, None if last is None else _encode_keyset(last.created_at, last.id))
+        return Page(units, None if last is None else keyset.encode(last.created_at, last.id))
 
     async def list_events(
         self, *, unit_ref: str | None = None, limit: int = 100, cursor: str | None = None
     ) -> Page[Event]:
-        _check_page_limit(limit)
+        keyset.check_page_limit(limit)
         unit_id = None if unit_ref is None else await self.resolve(unit_ref)
         if unit_id is not None:
             await self._look(unit_id)
@@ -612,14 +509,14 @@ class Ledger:
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Question]:
-        _check_page_limit(limit)
-        after_time, after_id = _decode_keyset(cursor)
+        keyset.check_page_limit(limit)
+        after_time, after_id = keyset.decode(cursor)
         rows = await self.store.fetch(
             "list_questions", status, assignee_group_slug, after_time, after_id, limit
         )
         questions = [Question.from_record(r["question"]) for r in rows]
         last = questions[-1] if len(questions) == limit else None
-        return Page(questions, None if last is None else _encode_keyset(last.created_at, last.id))
+        return Page(questions, None if last is None else keyset.encode(last.created_at, last.id))
 
     async def get_question(self, question_id: uuid.UUID) -> Question:
         row = await self.store.fetchrow("get_question", question_id)
@@ -659,45 +556,3 @@ class Ledger:
                 f"({', '.join(self.evidence_prefixes)}); upload the evidence there and link to it",
                 invariant="evidence_prefix_allowed",
             )
-
-
-def _check_page_limit(limit: int) -> None:
-    if not 1 <= limit <= MAX_PAGE_LIMIT:
-        raise InvalidInput(
-            f"limit must be 1..{MAX_PAGE_LIMIT}, not {limit}; page on with the cursor"
-        )
-
-
-def _encode_keyset(moment: dt.datetime, row_id: uuid.UUID) -> str:
-    raw = f"{moment.isoformat()}|{row_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_keyset(cursor: str | None) -> tuple[dt.datetime | None, uuid.UUID | None]:
-    if cursor is None:
-        return None, None
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        moment, row_id = raw.split("|")
-        return dt.datetime.fromisoformat(moment), uuid.UUID(row_id)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidInput(
-            f"cursor {cursor!r} is not one this ledger issued; drop it to start over"
-        ) from None
-
-
-def as_json(value: Any) -> Any:
-    """Plain JSON-ready data from the ledger's dataclasses (for the CLI and the API)."""
-    from dataclasses import asdict, is_dataclass
-
-    if is_dataclass(value) and not isinstance(value, type):
-        return {k: as_json(v) for k, v in asdict(value).items()}
-    if isinstance(value, dict):
-        return {k: as_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [as_json(v) for v in value]
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, dt.datetime):
-        return value.isoformat()
-    return value
