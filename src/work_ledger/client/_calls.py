@@ -6,14 +6,16 @@ the Idempotency-Key, the retry policy and parsing the answer live here, once.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import quote
 
+from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
 from work_ledger.client.models import (
     Asked,
     Claim,
@@ -70,6 +72,86 @@ def retryable(status: int, body: bytes) -> bool:
 def backoff_delay(retry: int, base: float) -> float:
     """Exponential backoff with jitter, capped at 5 seconds."""
     return float(min(5.0, base * 2**retry) * random.uniform(0.5, 1.0))
+
+
+# -- sending: everything around the I/O, shared by the sync and async clients ------------
+
+
+def headers(token: str | None, agent: str | None) -> dict[str, str]:
+    """A client's default headers; `token` defaults to WL_TOKEN, `agent` names a sub-agent."""
+    token = token or default_token()
+    sent = {"Accept": "application/json"}
+    if token:
+        sent["Authorization"] = f"Bearer {token}"
+    if agent:
+        sent[AGENT_HEADER] = agent
+    return sent
+
+
+class Policy(Protocol):
+    """What `Sending` reads off a client (at each call, so a changed setting counts)."""
+
+    url: str
+    timeout: float
+    retries: int
+    backoff: float
+
+
+class Sending(Generic[T]):
+    """One call through its retries, without the I/O: what to send, what to make of it.
+
+    The client loops: send `request`, then `answered(...)` says whether the answer is final
+    (return `result(...)`), or `failed(exc)` raises on the last try; else sleep `delay()`.
+    """
+
+    def __init__(self, call: Call[T], client: Policy) -> None:
+        self.call, self.client = call, client
+        self.retry = 0
+        self.request: dict[str, Any] = {
+            "method": call.method,
+            "url": call.path,
+            "json": call.json if call.method != "GET" else None,
+            "params": call.params,
+            "headers": call.headers,
+            "timeout": client.timeout + call.wait_seconds,
+        }
+
+    @property
+    def last(self) -> bool:
+        return self.retry == self.client.retries
+
+    def answered(self, status: int, body: bytes) -> bool:
+        """Whether this answer is final: a retryable one is retried until the last try."""
+        return self.last or not retryable(status, body)
+
+    def result(self, status: int, body: bytes) -> T:
+        """The parsed answer of a 2xx; the typed error the server raised otherwise."""
+        if 200 <= status < 300:
+            return self.call.parse(json.loads(body))
+        raise error_from_response(status, body)
+
+    def failed(self, exc: Exception) -> None:
+        """A connection error: raise `Unreachable` on the last try, else retry."""
+        if self.last:
+            raise Unreachable(
+                f"cannot reach the work-ledger server at {self.client.url} ({exc!r}) after "
+                f"{self.retry + 1} tries; check that `work-ledger serve` runs there and that "
+                "WL_URL points at it"
+            ) from exc
+
+    def delay(self) -> float:
+        """How long to wait before the next try (and count it)."""
+        delay = backoff_delay(self.retry, self.client.backoff)
+        self.retry += 1
+        return delay
+
+
+def claimed(got: Claim, domain: str | None) -> Claim:
+    """The claim, or `NothingToClaim` when it came back empty."""
+    if got.unit is None or got.attempt is None:
+        where = f" in domain {domain!r}" if domain else ""
+        raise NothingToClaim(f"no unit is claimable{where} right now; try again later")
+    return got
 
 
 def _ref(unit: str) -> str:
@@ -151,6 +233,33 @@ def transition(
         "outcome": outcome,
     }
     return _write(f"/units/{_ref(unit)}/transition", body, Step.from_json, key=key)
+
+
+def start(unit: str, attempt_id: str | None, key: str | None) -> Call[Step]:
+    return transition(unit, "in_progress", attempt_id=attempt_id, key=key)
+
+
+def verify(
+    unit: str, evidence_url: str, attempt_id: str | None, reason: str | None, key: str | None
+) -> Call[Step]:
+    return transition(
+        unit, "verified", attempt_id=attempt_id, evidence_url=evidence_url, reason=reason, key=key
+    )
+
+
+def release(
+    unit: str, outcome: str, reason: str | None, attempt_id: str | None, key: str | None
+) -> Call[Step]:
+    return transition(unit, "ready", attempt_id=attempt_id, outcome=outcome, reason=reason, key=key)
+
+
+def claim(
+    domain: str | None, unit: str | None, lease_seconds: int | None, wait_seconds: int | None
+) -> Call[Claim]:
+    """The claim of the named `unit`, else of the next claimable one (in `domain`)."""
+    if unit is not None:
+        return claim_unit(unit, lease_seconds, None)
+    return claim_next(domain, lease_seconds, wait_seconds, None)
 
 
 def block(

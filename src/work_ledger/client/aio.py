@@ -19,7 +19,6 @@ import httpx
 
 from work_ledger.client import _calls as calls
 from work_ledger.client.aio_work import AsyncWork
-from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
 from work_ledger.client.models import (
     Asked,
     Claim,
@@ -51,17 +50,12 @@ class AsyncClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.url = (url or calls.default_url()).rstrip("/")
-        token = token or calls.default_token()
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        if agent:
-            headers[calls.AGENT_HEADER] = agent
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
+        self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self._http = httpx.AsyncClient(
-            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+            base_url=self.url,
+            headers=calls.headers(token, agent),
+            timeout=timeout,
+            transport=transport,
         )
 
     async def aclose(self) -> None:
@@ -75,32 +69,16 @@ class AsyncClient:
 
     async def send(self, call: calls.Call[T]) -> T:
         """Send one call; retry connection errors and 503 with the same Idempotency-Key."""
-        timeout = self.timeout + call.wait_seconds
-        for retry in range(self.retries + 1):
-            last = retry == self.retries
+        sending = calls.Sending(call, self)
+        while True:
             try:
-                response = await self._http.request(
-                    call.method,
-                    call.path,
-                    json=call.json if call.method != "GET" else None,
-                    params=call.params,
-                    headers=call.headers,
-                    timeout=timeout,
-                )
+                response = await self._http.request(**sending.request)
             except httpx.TransportError as exc:
-                if last:
-                    raise Unreachable(
-                        f"cannot reach the work-ledger server at {self.url} ({exc!r}) after "
-                        f"{retry + 1} tries; check that `work-ledger serve` runs there and that "
-                        "WL_URL points at it"
-                    ) from exc
+                sending.failed(exc)
             else:
-                if last or not calls.retryable(response.status_code, response.content):
-                    if response.is_success:
-                        return call.parse(response.json())
-                    raise error_from_response(response.status_code, response.content)
-            await asyncio.sleep(calls.backoff_delay(retry, self.backoff))
-        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+                if sending.answered(response.status_code, response.content):
+                    return sending.result(response.status_code, response.content)
+            await asyncio.sleep(sending.delay())
 
     # -- writes --------------------------------------------------------------------------
 
@@ -137,9 +115,7 @@ class AsyncClient:
     async def start(
         self, unit: str, *, attempt_id: str | None = None, key: str | None = None
     ) -> Step:
-        return await self.send(
-            calls.transition(unit, "in_progress", attempt_id=attempt_id, key=key)
-        )
+        return await self.send(calls.start(unit, attempt_id, key))
 
     async def verify(
         self,
@@ -150,11 +126,7 @@ class AsyncClient:
         reason: str | None = None,
         key: str | None = None,
     ) -> Step:
-        call = calls.transition(
-            unit, "verified", attempt_id=attempt_id, evidence_url=evidence_url, reason=reason,
-            key=key,
-        )  # fmt: skip
-        return await self.send(call)
+        return await self.send(calls.verify(unit, evidence_url, attempt_id, reason, key))
 
     async def release(
         self,
@@ -165,10 +137,7 @@ class AsyncClient:
         attempt_id: str | None = None,
         key: str | None = None,
     ) -> Step:
-        call = calls.transition(
-            unit, "ready", attempt_id=attempt_id, outcome=outcome, reason=reason, key=key
-        )
-        return await self.send(call)
+        return await self.send(calls.release(unit, outcome, reason, attempt_id, key))
 
     async def block(
         self,
@@ -245,19 +214,13 @@ class AsyncClient:
         heartbeat_fraction: float = 1 / 3,
     ) -> AsyncWork:
         """Claim the next (or the named) unit; `NothingToClaim` when none is claimable."""
-        if unit is not None:
-            got = await self.claim_unit(unit, lease_seconds=lease_seconds)
-        else:
-            got = await self.claim_next(
-                domain=domain, lease_seconds=lease_seconds, wait_seconds=wait_seconds
-            )
-        if got.unit is None or got.attempt is None:
-            where = f" in domain {domain!r}" if domain else ""
-            raise NothingToClaim(f"no unit is claimable{where} right now; try again later")
+        got = calls.claimed(
+            await self.send(calls.claim(domain, unit, lease_seconds, wait_seconds)), domain
+        )
         work = AsyncWork(
             self, got, lease_seconds=lease_seconds, heartbeat_fraction=heartbeat_fraction
         )
-        if start and got.unit.state == "claimed":
+        if start and work.unit.state == "claimed":
             await work.start()
         return work
 

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 import httpx
 
 from work_ledger.client import _calls as calls
-from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
 from work_ledger.client.models import (
     Asked,
     Claim,
@@ -57,17 +56,12 @@ class Client:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = (url or calls.default_url()).rstrip("/")
-        token = token or calls.default_token()
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        if agent:
-            headers[calls.AGENT_HEADER] = agent
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
+        self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self._http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+            base_url=self.url,
+            headers=calls.headers(token, agent),
+            timeout=timeout,
+            transport=transport,
         )
 
     def close(self) -> None:
@@ -81,35 +75,16 @@ class Client:
 
     def send(self, call: calls.Call[T]) -> T:
         """Send one call; retry connection errors and 503 with the same Idempotency-Key."""
-        timeout = self.timeout + call.wait_seconds
-        for retry in range(self.retries + 1):
-            last = retry == self.retries
+        sending = calls.Sending(call, self)
+        while True:
             try:
-                response = self._http.request(
-                    call.method,
-                    call.path,
-                    json=call.json if call.method != "GET" else None,
-                    params=call.params,
-                    headers=call.headers,
-                    timeout=timeout,
-                )
+                response = self._http.request(**sending.request)
             except httpx.TransportError as exc:
-                if last:
-                    raise Unreachable(
-                        f"cannot reach the work-ledger server at {self.url} ({exc!r}) after "
-                        f"{retry + 1} tries; check that `work-ledger serve` runs there and that "
-                        "WL_URL points at it"
-                    ) from exc
+                sending.failed(exc)
             else:
-                if last or not calls.retryable(response.status_code, response.content):
-                    return self._answer(call, response)
-            time.sleep(calls.backoff_delay(retry, self.backoff))
-        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
-
-    def _answer(self, call: calls.Call[T], response: httpx.Response) -> T:
-        if response.is_success:
-            return call.parse(response.json())
-        raise error_from_response(response.status_code, response.content)
+                if sending.answered(response.status_code, response.content):
+                    return sending.result(response.status_code, response.content)
+            time.sleep(sending.delay())
 
     # -- writes --------------------------------------------------------------------------
 
@@ -145,7 +120,7 @@ class Client:
         return self.send(calls.record_cost(attempt_id, cost_cents, key))
 
     def start(self, unit: str, *, attempt_id: str | None = None, key: str | None = None) -> Step:
-        return self.send(calls.transition(unit, "in_progress", attempt_id=attempt_id, key=key))
+        return self.send(calls.start(unit, attempt_id, key))
 
     def verify(
         self,
@@ -156,16 +131,7 @@ class Client:
         reason: str | None = None,
         key: str | None = None,
     ) -> Step:
-        return self.send(
-            calls.transition(
-                unit,
-                "verified",
-                attempt_id=attempt_id,
-                evidence_url=evidence_url,
-                reason=reason,
-                key=key,
-            )
-        )
+        return self.send(calls.verify(unit, evidence_url, attempt_id, reason, key))
 
     def release(
         self,
@@ -177,10 +143,7 @@ class Client:
         key: str | None = None,
     ) -> Step:
         """Give the unit back (ready); the attempt ends `abandoned` or `failed`."""
-        call = calls.transition(
-            unit, "ready", attempt_id=attempt_id, outcome=outcome, reason=reason, key=key
-        )
-        return self.send(call)
+        return self.send(calls.release(unit, outcome, reason, attempt_id, key))
 
     def block(
         self,
@@ -271,16 +234,10 @@ class Client:
         Raises `NothingToClaim` when no unit is claimable (after `wait_seconds`). With
         `start`, a claimed unit is moved to in_progress at once.
         """
-        if unit is not None:
-            got = self.claim_unit(unit, lease_seconds=lease_seconds)
-        else:
-            got = self.claim_next(
-                domain=domain, lease_seconds=lease_seconds, wait_seconds=wait_seconds
-            )
-        if got.unit is None or got.attempt is None:
-            where = f" in domain {domain!r}" if domain else ""
-            raise NothingToClaim(f"no unit is claimable{where} right now; try again later")
+        got = calls.claimed(
+            self.send(calls.claim(domain, unit, lease_seconds, wait_seconds)), domain
+        )
         work = Work(self, got, lease_seconds=lease_seconds, heartbeat_fraction=heartbeat_fraction)
-        if start and got.unit.state == "claimed":
+        if start and work.unit.state == "claimed":
             work.start()
         return work
