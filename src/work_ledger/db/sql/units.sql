@@ -61,7 +61,7 @@ WITH held AS (
     FOR NO KEY UPDATE SKIP LOCKED
 ), fresh_in_domain AS (
     SELECT id, state, claimed_by FROM work_units
-    WHERE $4::uuid IS NULL AND domain = $2 AND state = 'ready'
+    WHERE $4::uuid IS NULL AND $2::text IS NOT NULL AND domain = $2 AND state = 'ready'
       AND NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM lapsed)
     ORDER BY domain, created_at, id
     LIMIT 1
