@@ -82,12 +82,43 @@ async def test_claim_plan_uses_the_partial_ready_index(
         await ledger.claim(f"agent-{i}")
     await raw.execute("ANALYZE")
     await raw.execute(f"SET plan_cache_mode = {plan_mode}")
-    plan = await raw.fetchval(
-        "EXPLAIN (FORMAT JSON) " + QUERIES["claim_unit"], "agent-x", None, 60, None
-    )
+    # Bound parameters always get a custom plan; a PREPAREd statement shows the cached one.
+    await raw.execute("PREPARE claim(text, text, int, uuid) AS " + QUERIES["claim_unit"])
+    plan = await raw.fetchval("EXPLAIN (FORMAT JSON) EXECUTE claim('agent-x', NULL, 60, NULL)")
     indexes = set(_index_names(plan))
     assert "work_units_ready_idx" in indexes, indexes
     assert "work_units_leased_idx" in indexes, indexes
+
+
+def _rows_touched(plan: Any) -> int:
+    """Rows every node of an EXPLAIN ANALYZE plan produced or filtered out."""
+    if isinstance(plan, list):
+        return sum(_rows_touched(value) for value in plan)
+    if not isinstance(plan, dict):
+        return 0
+    own = int(plan.get("Actual Rows", 0)) + int(plan.get("Rows Removed by Filter", 0))
+    return own + sum(_rows_touched(v) for v in plan.values() if isinstance(v, list | dict))
+
+
+@pytest.mark.parametrize("domain", [None, "orders"])
+async def test_cached_claim_plan_reads_a_handful_of_rows(
+    ledger: Ledger, raw: asyncpg.Connection, domain: str | None
+) -> None:
+    """A generic (cached) claim plan touches a few rows, not the whole ready queue."""
+    for batch in range(3):
+        await ledger.register(
+            [NewUnit(f"b{batch}-{i:04d}", "fleet-a", "orders") for i in range(1000)], OPERATOR
+        )
+    await raw.execute("ANALYZE")
+    # Bound parameters always get a custom plan; a PREPAREd statement shows the cached one.
+    await raw.execute("SET plan_cache_mode = force_generic_plan")
+    await raw.execute("PREPARE claim(text, text, int, uuid) AS " + QUERIES["claim_unit"])
+    plan = await raw.fetchval(
+        "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim('agent-x', "
+        + ("NULL" if domain is None else f"'{domain}'")
+        + ", 60, NULL)"
+    )
+    assert _rows_touched(plan) < 50, _rows_touched(plan)
 
 
 @pytest.fixture
