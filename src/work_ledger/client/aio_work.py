@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
-from work_ledger.client import _calls as calls
-from work_ledger.client._work import WorkState, lease_of
+from work_ledger.client._work import WorkBase, deadline_of, next_wait
 from work_ledger.client.errors import Unreachable
-from work_ledger.client.models import (
-    Attempt,
-    Claim,
-    Question,
-    Step,
-    Unit,
-    UnitDetail,
-)
+from work_ledger.client.models import Claim, Question, Step, Unit, UnitDetail
 from work_ledger.errors import AttemptSuperseded, Unavailable, WorkLedgerError
 
 if TYPE_CHECKING:
@@ -28,7 +19,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class AsyncWork:
+class AsyncWork(WorkBase):
     """A claimed unit and its live attempt; every write is fenced by the attempt id."""
 
     def __init__(
@@ -40,30 +31,16 @@ class AsyncWork:
         heartbeat_fraction: float = 1 / 3,
         on_lost: Callable[[WorkLedgerError], None] | None = None,
     ) -> None:
-        assert claim.unit is not None
-        assert claim.attempt is not None
+        super().__init__(
+            claim, lease_seconds=lease_seconds, heartbeat_fraction=heartbeat_fraction,
+            on_lost=on_lost,
+        )  # fmt: skip
         self.client = client
-        self.resumed = claim.resumed
-        self.on_lost = on_lost
-        self._state = WorkState(claim.unit, claim.attempt, lease_of(claim.unit, lease_seconds))
-        self.interval = max(0.1, self._state.lease_seconds * heartbeat_fraction)
         self._task: asyncio.Task[None] | None = None
-
-    @property
-    def unit(self) -> Unit:
-        return self._state.unit
-
-    @property
-    def attempt(self) -> Attempt:
-        return self._state.attempt
 
     @property
     def live(self) -> bool:
         return self._state.live
-
-    @property
-    def lost(self) -> WorkLedgerError | None:
-        return self._state.lost
 
     async def __aenter__(self) -> AsyncWork:
         self.start_heartbeat()
@@ -77,8 +54,7 @@ class AsyncWork:
     ) -> None:
         await self.stop_heartbeat()
         if exc is not None:
-            if self._state.live and not isinstance(exc, AttemptSuperseded):
-                reason = f"{type(exc).__name__}: {exc}"[:2000]
+            if (reason := self._release_reason(exc)) is not None:
                 with contextlib.suppress(WorkLedgerError):
                     await self.release(outcome="failed", reason=reason)
             return
@@ -107,12 +83,9 @@ class AsyncWork:
             except (Unreachable, Unavailable):
                 continue  # keep trying; if the server stays away, the lease lapses
             except WorkLedgerError as exc:
-                if self._state.live:
-                    self._state.lose(exc)
-                    if self.on_lost is not None:
-                        self.on_lost(exc)
+                self._beat_failed(exc)
                 return
-            self._state.update(step.unit, step.attempt)
+            self._stepped(step)
 
     async def _fenced(self, send: Callable[[], Awaitable[T]]) -> T:
         self._state.check()
@@ -121,10 +94,6 @@ class AsyncWork:
         except AttemptSuperseded as exc:
             self._state.lose(exc)
             raise
-
-    def _stepped(self, step: Step) -> Step:
-        self._state.update(step.unit, step.attempt)
-        return step
 
     async def start(self) -> Step:
         ref, attempt = self.unit.id, self.attempt.id
@@ -138,24 +107,24 @@ class AsyncWork:
 
     async def cost(self, cost_cents: int) -> Step:
         step = await self.client.record_cost(self.attempt.id, cost_cents)
-        self._state.attempt = step.attempt
+        self._took_attempt(step.attempt)
         return step
 
     async def verify(self, evidence_url: str, *, reason: str | None = None) -> Step:
         ref, attempt = self.unit.id, self.attempt.id
-        step = await self._fenced(
-            lambda: self.client.verify(ref, evidence_url, attempt_id=attempt, reason=reason)
+        return self._ended(
+            await self._fenced(
+                lambda: self.client.verify(ref, evidence_url, attempt_id=attempt, reason=reason)
+            )
         )
-        self._state.end()
-        return self._stepped(step)
 
     async def release(self, *, outcome: str = "abandoned", reason: str | None = None) -> Step:
         ref, attempt = self.unit.id, self.attempt.id
-        step = await self._fenced(
-            lambda: self.client.release(ref, outcome=outcome, reason=reason, attempt_id=attempt)
+        return self._ended(
+            await self._fenced(
+                lambda: self.client.release(ref, outcome=outcome, reason=reason, attempt_id=attempt)
+            )
         )
-        self._state.end()
-        return self._stepped(step)
 
     async def dispose(
         self, disposition: str, *, evidence_url: str | None = None, reason: str | None = None
@@ -167,7 +136,7 @@ class AsyncWork:
             )
         )
         self._state.end()
-        self._state.unit = unit
+        self._took_unit(unit)
         return unit
 
     async def block(self, question: str, *, assignee_group_slug: str | None = None) -> Question:
@@ -177,7 +146,7 @@ class AsyncWork:
                 ref, question, assignee_group_slug=assignee_group_slug, attempt_id=attempt
             )
         )
-        self._state.unit = asked.unit
+        self._took_unit(asked.unit)
         return asked.question
 
     async def wait_for_answer(
@@ -186,10 +155,9 @@ class AsyncWork:
         *,
         timeout: float | None = None,  # noqa: ASYNC109 (a deadline over several long-polls)
     ) -> Question:
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_of(timeout)
         while True:
-            left = calls.MAX_WAIT_SECONDS if deadline is None else deadline - time.monotonic()
-            wait = int(max(0, min(calls.MAX_WAIT_SECONDS, left)))
+            wait = next_wait(deadline)
             question = await self.client.get_question(question_id, wait_seconds=wait)
             if question.status != "open" or wait == 0:
                 break
@@ -207,5 +175,5 @@ class AsyncWork:
 
     async def refresh(self) -> UnitDetail:
         detail = await self.client.get_unit(self.unit.id)
-        self._state.unit = detail.unit
+        self._took_unit(detail.unit)
         return detail

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
-from work_ledger.client import _calls as calls
-from work_ledger.client._work import WorkState, lease_of
+from work_ledger.client._work import WorkBase, deadline_of, next_wait
 from work_ledger.client.errors import Unreachable
-from work_ledger.client.models import (
-    Attempt,
-    Claim,
-    Question,
-    Step,
-    Unit,
-    UnitDetail,
-)
+from work_ledger.client.models import Claim, Question, Step, Unit, UnitDetail
 from work_ledger.errors import AttemptSuperseded, Unavailable, WorkLedgerError
 
 if TYPE_CHECKING:
@@ -28,7 +19,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class Work:
+class Work(WorkBase):
     """A claimed unit and its live attempt; every write is fenced by the attempt id."""
 
     def __init__(
@@ -40,29 +31,13 @@ class Work:
         heartbeat_fraction: float = 1 / 3,
         on_lost: Callable[[WorkLedgerError], None] | None = None,
     ) -> None:
-        assert claim.unit is not None
-        assert claim.attempt is not None
+        super().__init__(
+            claim, lease_seconds=lease_seconds, heartbeat_fraction=heartbeat_fraction,
+            on_lost=on_lost,
+        )  # fmt: skip
         self.client = client
-        self.resumed = claim.resumed
-        self.on_lost = on_lost
-        self._state = WorkState(claim.unit, claim.attempt, lease_of(claim.unit, lease_seconds))
-        self.interval = max(0.1, self._state.lease_seconds * heartbeat_fraction)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def unit(self) -> Unit:
-        return self._state.unit
-
-    @property
-    def attempt(self) -> Attempt:
-        return self._state.attempt
-
-    @property
-    def lost(self) -> WorkLedgerError | None:
-        """Why the claim was lost (set by the heartbeat), or None while it is held."""
-        return self._state.lost
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -78,14 +53,12 @@ class Work:
     ) -> None:
         self.stop_heartbeat()
         if exc is not None:
-            if self._state.live and not isinstance(exc, AttemptSuperseded):
-                reason = f"{type(exc).__name__}: {exc}"[:2000]
+            if (reason := self._release_reason(exc)) is not None:
                 # The original exception matters more; if the release fails the lease lapses.
                 with contextlib.suppress(WorkLedgerError):
                     self.release(outcome="failed", reason=reason)
             return
-        if self._state.lost is not None:
-            raise self._state.lost
+        self._state.check()
 
     def start_heartbeat(self) -> None:
         if self._thread is None:
@@ -110,13 +83,9 @@ class Work:
             except (Unreachable, Unavailable):
                 continue  # keep trying; if the server stays away, the lease lapses
             except WorkLedgerError as exc:
-                if self._state.live:
-                    self._state.lose(exc)
-                    if self.on_lost is not None:
-                        self.on_lost(exc)
+                self._beat_failed(exc)
                 return
-            with self._lock:
-                self._state.update(step.unit, step.attempt)
+            self._stepped(step)
 
     # -- the unit's writes, fenced by the attempt ----------------------------------------
 
@@ -128,11 +97,6 @@ class Work:
             self._state.lose(exc)
             self._stop.set()
             raise
-
-    def _stepped(self, step: Step) -> Step:
-        with self._lock:
-            self._state.update(step.unit, step.attempt)
-        return step
 
     def start(self) -> Step:
         """claimed → in_progress."""
@@ -148,27 +112,26 @@ class Work:
     def cost(self, cost_cents: int) -> Step:
         """Add spent cents to this attempt; recorded even after the attempt ended."""
         step = self.client.record_cost(self.attempt.id, cost_cents)
-        with self._lock:
-            self._state.attempt = step.attempt
+        self._took_attempt(step.attempt)
         return step
 
     def verify(self, evidence_url: str, *, reason: str | None = None) -> Step:
         """in_progress → verified with a link to the evidence; the attempt ends verified."""
         ref, attempt = self.unit.id, self.attempt.id
-        step = self._fenced(
-            lambda: self.client.verify(ref, evidence_url, attempt_id=attempt, reason=reason)
+        return self._ended(
+            self._fenced(
+                lambda: self.client.verify(ref, evidence_url, attempt_id=attempt, reason=reason)
+            )
         )
-        self._state.end()
-        return self._stepped(step)
 
     def release(self, *, outcome: str = "abandoned", reason: str | None = None) -> Step:
         """Give the unit back (ready); the attempt ends `abandoned` or `failed`."""
         ref, attempt = self.unit.id, self.attempt.id
-        step = self._fenced(
-            lambda: self.client.release(ref, outcome=outcome, reason=reason, attempt_id=attempt)
+        return self._ended(
+            self._fenced(
+                lambda: self.client.release(ref, outcome=outcome, reason=reason, attempt_id=attempt)
+            )
         )
-        self._state.end()
-        return self._stepped(step)
 
     def dispose(
         self, disposition: str, *, evidence_url: str | None = None, reason: str | None = None
@@ -181,8 +144,7 @@ class Work:
             )
         )
         self._state.end()
-        with self._lock:
-            self._state.unit = unit
+        self._took_unit(unit)
         return unit
 
     def block(self, question: str, *, assignee_group_slug: str | None = None) -> Question:
@@ -193,16 +155,14 @@ class Work:
                 ref, question, assignee_group_slug=assignee_group_slug, attempt_id=attempt
             )
         )
-        with self._lock:
-            self._state.unit = asked.unit
+        self._took_unit(asked.unit)
         return asked.question
 
     def wait_for_answer(self, question_id: str, *, timeout: float | None = None) -> Question:
         """Long-poll until the question is answered or cancelled (or `timeout` passes)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_of(timeout)
         while True:
-            left = calls.MAX_WAIT_SECONDS if deadline is None else deadline - time.monotonic()
-            wait = int(max(0, min(calls.MAX_WAIT_SECONDS, left)))
+            wait = next_wait(deadline)
             question = self.client.get_question(question_id, wait_seconds=wait)
             if question.status != "open" or wait == 0:
                 break
@@ -216,6 +176,5 @@ class Work:
 
     def refresh(self) -> UnitDetail:
         detail = self.client.get_unit(self.unit.id)
-        with self._lock:
-            self._state.unit = detail.unit
+        self._took_unit(detail.unit)
         return detail
