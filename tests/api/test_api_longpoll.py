@@ -67,6 +67,24 @@ async def test_many_waiters_share_few_units(api: Api, operator: httpx.AsyncClien
     assert min(lost) >= 1.9
 
 
+async def test_wake_ups_pass_on_until_every_new_unit_is_claimed(
+    api: Api, operator: httpx.AsyncClient
+) -> None:
+    """Twenty waiters, twelve units at once (more than one wake-up batch): twelve win fast."""
+    token = await api.token(Role.AGENT, "fleet")
+    clients = [api.client(token, **{"X-WL-Agent": f"fleet/{i}"}) for i in range(20)]
+    waiting = [
+        asyncio.create_task(_timed(c.post("/units/claim", json={"wait_seconds": 2})))
+        for c in clients
+    ]
+    await asyncio.sleep(0.3)
+    await register(operator, *[f"u{i:02d}" for i in range(12)])
+    results = await asyncio.gather(*waiting)
+    won = sorted(e for r, e in results if r.json()["unit"] is not None)
+    assert len(won) == 12
+    assert won[-1] < 1.5
+
+
 async def test_claim_wait_times_out_empty(api: Api) -> None:
     """Nothing claimable within wait_seconds: an empty answer after about that long."""
     agent = await api.as_role(Role.AGENT, "agent-1")

@@ -3,13 +3,22 @@
 Waiting clients hold no database connection: each parks on an asyncio event that the
 listener sets when PostgreSQL notifies (migration 0005). A waiter takes its event
 *before* it looks at the database, so a notification that lands between the look and the
-wait is never missed. Lapsed leases send no notification, so waiters also wake every
-`FALLBACK_SECONDS`; so do they while the listener reconnects after losing its connection.
+wait is never missed.
+
+Claim waiters queue in arrival order, one queue per domain asked for (and one for any
+domain). A notification names the unit's domain and wakes at most `CLAIM_WAKE_BATCH`
+waiters of that domain's queue and of the any-domain queue, not all: a thousand idle
+agents must not send a thousand claims for one new unit.
+A woken waiter that claims passes the turn to the next one (more units may be ready);
+one that leaves without claiming hands its turn on. Lapsed leases send no notification,
+so once every `FALLBACK_SECONDS` the first waiter looks anyway; question waiters simply
+wake that often. Every waiter wakes while the listener reconnects.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -22,6 +31,43 @@ from work_ledger.db.connect import connect
 CLAIMABLE = "wl_claimable"
 QUESTION = "wl_question"
 FALLBACK_SECONDS = 3.0
+CLAIM_WAKE_BATCH = 8
+
+
+class ClaimQueue:
+    """Claim waiters in arrival order; a wake-up goes to the first ones still waiting."""
+
+    def __init__(self) -> None:
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def enter(self) -> asyncio.Future[None]:
+        """Join the queue; the future resolves when it is this waiter's turn to look."""
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        return turn
+
+    def leave(self, turn: asyncio.Future[None], *, claimed: bool, looking_again: bool) -> None:
+        """Leave the queue after a look. A claim passes a turn on (more units may be
+        claimable); a turn given but not used for another look is handed on."""
+        with contextlib.suppress(ValueError):
+            self._waiting.remove(turn)
+        woken = turn.done() and not turn.cancelled()
+        if claimed or (woken and not looking_again):
+            self.wake(1)
+        if not turn.done():
+            turn.cancel()
+
+    def wake(self, count: int) -> None:
+        while count > 0 and self._waiting:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                count -= 1
+
+
 log = structlog.get_logger("work_ledger.longpoll")
 
 
@@ -29,19 +75,20 @@ class Notifier:
     def __init__(self, url: str, *, connect_fn: Callable[[str], Any] = connect) -> None:
         self._url = url
         self._connect = connect_fn
-        self._claimable = asyncio.Event()
+        self._claims: dict[str | None, ClaimQueue] = {}
         self._questions_changed = asyncio.Event()
         self._question: dict[str, tuple[asyncio.Event, int]] = {}
         self._conn: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
+        self._fallback: asyncio.Task[None] | None = None
         self._lost = asyncio.Event()
         self.connected = asyncio.Event()
 
     # -- what waiters use ------------------------------------------------------------
 
-    def claimable(self) -> asyncio.Event:
-        """The event the next 'a unit became claimable' notification sets."""
-        return self._claimable
+    def claims(self, domain: str | None) -> ClaimQueue:
+        """The queue of claim waiters for `domain` (None: any domain)."""
+        return self._claims.setdefault(domain, ClaimQueue())
 
     def questions_changed(self) -> asyncio.Event:
         """The event the next 'a question opened or closed' notification sets."""
@@ -70,9 +117,16 @@ class Notifier:
 
     # -- the listener ----------------------------------------------------------------
 
-    def _on_claimable(self, *_: Any) -> None:
-        event, self._claimable = self._claimable, asyncio.Event()
-        event.set()
+    def _on_claimable(self, _conn: Any, _pid: int, _channel: str, domain: str) -> None:
+        for key in (domain, None):
+            if key in self._claims:
+                self._claims[key].wake(CLAIM_WAKE_BATCH)
+
+    async def _look_for_lapsed_leases(self) -> None:
+        while True:
+            await asyncio.sleep(FALLBACK_SECONDS)
+            for queue in self._claims.values():
+                queue.wake(1)
 
     def _on_question(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         event, self._questions_changed = self._questions_changed, asyncio.Event()
@@ -94,7 +148,8 @@ class Notifier:
             await conn.add_listener(QUESTION, self._on_question)
             self.connected.set()
             # Anything that changed while we were not listening: wake everyone once.
-            self._on_claimable()
+            for queue in self._claims.values():
+                queue.wake(len(queue))
             self._on_question(None, 0, QUESTION, "reconnected:")
             await self._lost.wait()
         finally:
@@ -118,12 +173,16 @@ class Notifier:
 
     async def start(self, *, within: float = 10.0) -> None:
         self._task = asyncio.create_task(self._run(), name="work-ledger-listener")
+        self._fallback = asyncio.create_task(
+            self._look_for_lapsed_leases(), name="work-ledger-lapsed-leases"
+        )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.connected.wait(), within)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._fallback):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._fallback = None

@@ -4,6 +4,7 @@ dispose, list and show."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -97,15 +98,25 @@ async def claim_next(
     notifier: Notifier = request.app.state.notifier
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.wait_seconds
+    queue = notifier.claims(body.domain)
     while True:
-        wake = notifier.claimable()  # taken before looking, so no wake-up is missed
-        claim = await svc.claim(caller.agent, domain=body.domain, lease_seconds=body.lease_seconds)
-        remaining = deadline - loop.time()
-        if claim.unit is not None or remaining <= 0:
-            return _claim_out(request, claim)
-        await notifier.wait(wake, remaining)
-        if await request.is_disconnected():  # never claim for a caller that has gone
-            return _claim_out(request, Claim(None, None))
+        turn = queue.enter()  # queued before looking, so no wake-up is missed
+        claimed = looking_again = False
+        try:
+            claim = await svc.claim(
+                caller.agent, domain=body.domain, lease_seconds=body.lease_seconds
+            )
+            claimed = claim.unit is not None and not claim.resumed
+            remaining = deadline - loop.time()
+            if claim.unit is not None or remaining <= 0:
+                return _claim_out(request, claim)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(turn), remaining)
+            if await request.is_disconnected():  # never claim for a caller that has gone
+                return _claim_out(request, Claim(None, None))
+            looking_again = True
+        finally:
+            queue.leave(turn, claimed=claimed, looking_again=looking_again)
 
 
 @router.post("/units/{unit:path}/claim", dependencies=Writes, responses=problems.WRITE_RESPONSES)
