@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -13,31 +12,15 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+import served_app
 from work_ledger.auth import Role, TokenStore
 from work_ledger.config import Settings
 
 SECRET = "test-server-secret"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def settings_for(database_url: str, home: Path, **overrides: Any) -> Settings:
-    settings = Settings(
-        database_url=database_url,
-        home=home,
-        lease_seconds=60,
-        stall_seconds=300,
-        evidence_allowed_prefixes=(),
-        url="",
-        token=None,
-        secret=SECRET,
-    )
-    return dataclasses.replace(settings, **overrides)
+    return served_app.settings_for(database_url, home, secret=SECRET, **overrides)
 
 
 @dataclasses.dataclass
@@ -75,11 +58,7 @@ class Running:
 
 
 async def start_server(app: FastAPI) -> tuple[str, Running]:
-    port = free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"
-    )
-    server = uvicorn.Server(config)
+    url, server = served_app.uvicorn_server(app)
     task = asyncio.create_task(server.serve())
     async with asyncio.timeout(30):
         while not server.started:
@@ -87,7 +66,7 @@ async def start_server(app: FastAPI) -> tuple[str, Running]:
                 task.result()
                 raise RuntimeError("the server stopped before it started")
             await asyncio.sleep(0.01)
-    return f"http://127.0.0.1:{port}", Running(server, task)
+    return url, Running(server, task)
 
 
 async def stop_server(running: Running) -> None:

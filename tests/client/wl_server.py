@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -21,17 +20,11 @@ from typing import Any
 import structlog
 import uvicorn
 
+import served_app
 from work_ledger.api.app import create_app
 from work_ledger.config import Settings
 
 SECRET = "agent-toolkit-test-secret"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -73,25 +66,11 @@ def quiet_access_log() -> Iterator[None]:
 
 
 def settings_for(database_url: str, home: Path, lease_seconds: int = 60) -> Settings:
-    return Settings(
-        database_url=database_url,
-        home=home,
-        lease_seconds=lease_seconds,
-        stall_seconds=300,
-        evidence_allowed_prefixes=(),
-        url="",
-        token=None,
-        secret=SECRET,
-    )
+    return served_app.settings_for(database_url, home, secret=SECRET, lease_seconds=lease_seconds)
 
 
 def start(settings: Settings) -> LedgerServer:
-    app = create_app(settings, max_connections=8)
-    port = free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"
-    )
-    server = uvicorn.Server(config)
+    url, server = served_app.uvicorn_server(create_app(settings, max_connections=8))
     loop = asyncio.new_event_loop()
 
     def serve() -> None:
@@ -108,4 +87,4 @@ def start(settings: Settings) -> LedgerServer:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("the work-ledger test server did not start")
         time.sleep(0.01)
-    return LedgerServer(f"http://127.0.0.1:{port}", settings, server, thread, loop)
+    return LedgerServer(url, settings, server, thread, loop)

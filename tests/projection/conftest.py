@@ -10,8 +10,8 @@ import pytest
 from fastapi import FastAPI
 from projection_streams import token
 
+from served_app import app_running, settings_for
 from work_ledger.auth import Role
-from work_ledger.config import Settings
 from work_ledger.projection import Projector
 from work_ledger.service import Ledger
 
@@ -24,20 +24,8 @@ def projector(ledger: Ledger) -> Projector:
 @pytest.fixture
 async def app(database_url: str, tmp_path: Path) -> AsyncIterator[FastAPI]:
     """The real HTTP app over this test's database, its lifespan running (no socket)."""
-    from work_ledger.api.app import create_app
-
-    settings = Settings(
-        database_url=database_url,
-        home=tmp_path,
-        lease_seconds=60,
-        stall_seconds=300,
-        evidence_allowed_prefixes=(),
-        url="",
-        token=None,
-        secret="projection-test-secret",
-    )
-    application = create_app(settings, max_connections=4)
-    async with application.router.lifespan_context(application):
+    settings = settings_for(database_url, tmp_path, secret="projection-test-secret")
+    async with app_running(settings) as application:
         yield application
 
 

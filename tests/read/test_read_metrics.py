@@ -11,9 +11,8 @@ import pytest
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
-from work_ledger.api.app import create_app
+from served_app import app_running, settings_for
 from work_ledger.auth import Role
-from work_ledger.config import Settings
 from work_ledger.domain import Actor, NewUnit
 from work_ledger.metrics import LedgerMetrics
 from work_ledger.service import Ledger
@@ -54,18 +53,7 @@ async def _assert_gauges_match_views(samples: Samples, raw: asyncpg.Connection) 
 @pytest.fixture
 async def app(seeded: Ledger, database_url: str, tmp_path: Path) -> AsyncIterator[FastAPI]:
     """The real application over the seeded database, its lifespan running."""
-    settings = Settings(
-        database_url=database_url,
-        home=tmp_path,
-        lease_seconds=60,
-        stall_seconds=300,
-        evidence_allowed_prefixes=(),
-        url="",
-        token=None,
-        secret="test-secret",
-    )
-    app = create_app(settings, max_connections=4)
-    async with app.router.lifespan_context(app):
+    async with app_running(settings_for(database_url, tmp_path, secret="test-secret")) as app:
         yield app
 
 
