@@ -141,9 +141,11 @@ def _raw_ledger(*, finish: bool, product_sql: bool = False, proposed: bool = Fal
     return workers
 
 
-# The one-line change this benchmark proposes for claim_unit's fresh_in_domain CTE: a
+# The one-line change this benchmark proposed for claim_unit's fresh_in_domain CTE: a
 # parameter-only guard, so that a cached generic plan skips the CTE when no domain is
-# asked instead of walking the whole ready index looking for `domain = NULL`.
+# asked instead of walking the whole ready index looking for `domain = NULL`. The product's
+# statement carries it since 5c7527e, so PROPOSED_CLAIM is None there and the
+# `proposed_fix` / `proposed_sql` variants are skipped; they remain for older checkouts.
 UNGUARDED = "WHERE $4::uuid IS NULL AND domain = $2 AND state = 'ready'"
 GUARDED = "WHERE $4::uuid IS NULL AND $2::text IS NOT NULL AND domain = $2 AND state = 'ready'"
 PROPOSED_CLAIM = (
@@ -391,7 +393,7 @@ DIAGNOSTICS = [
                 next(c for c in CONFIGS if c.name == "ledger_sql_claim"),
                 name="ledger_sql_claim_proposed_fix",
                 loop="the product's claim_unit with `$2::text IS NOT NULL AND` added to the "
-                "fresh_in_domain CTE (not in the product; measured here only)",
+                "fresh_in_domain CTE (not in the product when this variant ran)",
                 workers=_raw_ledger(finish=False, product_sql=True, proposed=True),
             )
         ]

@@ -106,7 +106,7 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
     if proposed:
         out.append(
             _goal(
-                "(proposed claim_unit guard, not in the product) same ratio",
+                "(proposed claim_unit guard, not in the product measured) same ratio",
                 _ratio(
                     proposed.get("claim_p50_ms"),
                     _get(scale, "small_by_path", "proposed_sql:c=1", "claim_p50_ms"),
