@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import work_ledger.client
 from work_ledger.client import Unit, UnitDetail
+from work_ledger.client import _calls as calls
 from work_ledger.client._work import lease_of
-from work_ledger.client.errors import error_from_response
+from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
+from work_ledger.client.models import Claim
 from work_ledger.client.units_file import BadRow, Row, read_units
 from work_ledger.errors import (
     AttemptSuperseded,
     IdempotencyKeyReused,
     InvalidInput,
     InvariantViolation,
+    Unavailable,
     WorkLedgerError,
 )
 
@@ -134,3 +138,60 @@ def test_client_imports_only_errors_from_the_package(module: Path) -> None:
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     ours = {m for m in imported if m.startswith("work_ledger")}
     assert {m for m in ours if not m.startswith("work_ledger.client")} <= {"work_ledger.errors"}
+
+
+@dataclass
+class _Policy:
+    url: str = "http://ledger.test"
+    timeout: float = 30.0
+    retries: int = 2
+    backoff: float = 0.2
+
+
+def test_sending_builds_the_request_of_a_write() -> None:
+    """A write sends its JSON and Idempotency-Key; its timeout adds the long-poll wait."""
+    sending = calls.Sending(calls.claim_next("orders", None, 5, "k-1"), _Policy())
+    assert sending.request == {
+        "method": "POST",
+        "url": "/units/claim",
+        "json": {"domain": "orders", "wait_seconds": 5},
+        "params": {},
+        "headers": {"Idempotency-Key": "k-1"},
+        "timeout": 35.0,
+    }
+
+
+def test_sending_retries_503_until_the_last_try() -> None:
+    """503 and an in-flight key are retried; the last try's answer is final whatever it is."""
+    sending = calls.Sending(calls.get_unit("u/1"), _Policy(retries=1))
+    assert sending.request["url"] == "/units/u%2F1"
+    assert not sending.answered(503, b"")
+    assert not sending.answered(409, b'{"code": "idempotency_key_in_flight"}')
+    assert sending.answered(409, b'{"code": "attempt_superseded"}')
+    assert 0.1 <= sending.delay() <= 0.2
+    assert sending.answered(503, b"")
+    with pytest.raises(Unavailable):
+        sending.result(503, b"")
+
+
+def test_sending_parses_answers_and_errors() -> None:
+    """A 2xx parses into its model; anything else raises the server's typed error."""
+    sending = calls.Sending(calls.health("/healthz"), _Policy())
+    assert sending.result(200, b'{"status": "ok"}') == {"status": "ok"}
+    with pytest.raises(AttemptSuperseded):
+        sending.result(409, problem(code="attempt_superseded", detail="lost"))
+
+
+def test_sending_raises_unreachable_on_the_last_connection_error() -> None:
+    """A connection error is retried, and names the URL and the tries on the last one."""
+    sending = calls.Sending(calls.health("/healthz"), _Policy(retries=1))
+    sending.failed(ConnectionError("refused"))
+    sending.delay()
+    with pytest.raises(Unreachable, match=r"http://ledger\.test .* after 2 tries"):
+        sending.failed(ConnectionError("refused"))
+
+
+def test_claimed_refuses_an_empty_claim() -> None:
+    """An empty claim is NothingToClaim naming the domain."""
+    with pytest.raises(NothingToClaim, match="in domain 'orders'"):
+        calls.claimed(Claim(unit=None, attempt=None, resumed=False), "orders")
