@@ -95,6 +95,17 @@ def no_superseded(sql: str) -> str:
     )
 
 
+def superseded_by_probe(sql: str) -> str:
+    """Not a cut: `superseded` looks up the claimed unit's live attempt through a scalar
+    subquery (an InitPlan, so an index probe of one_live_attempt_per_unit in any plan)."""
+    sql = _sub(
+        sql,
+        "    FROM claimed AS c\n    WHERE a.unit_id = (c.unit).id AND a.outcome IS NULL",
+        "    WHERE a.unit_id = (SELECT (c.unit).id FROM claimed AS c) AND a.outcome IS NULL",
+    )
+    return sql
+
+
 def no_fresh_in_domain(sql: str) -> str:
     sql = _cut(sql, "), fresh_in_domain AS (", "), picked AS (")
     return _sub(sql, "    UNION ALL SELECT * FROM fresh_in_domain\n", "")
@@ -116,6 +127,7 @@ VARIANTS: dict[str, Callable[[str], str] | None] = {
     "without superseded": no_superseded,
     "without fresh_in_domain": no_fresh_in_domain,
     "only fresh (all six cut)": pull_next_only,
+    "superseded by scalar probe": superseded_by_probe,
 }
 
 
@@ -148,8 +160,12 @@ async def main() -> None:
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--duration", type=float, default=3.0)
     p.add_argument("--out", default="")
+    p.add_argument("--variants", default="", help="comma-separated subset (default all)")
     args = p.parse_args()
-    statements = {k: (None if f is None else f(PRODUCT)) for k, f in VARIANTS.items()}
+    chosen = [v.strip() for v in args.variants.split(",") if v.strip()] or list(VARIANTS)
+    statements = {
+        k: (None if f is None else f(PRODUCT)) for k, f in VARIANTS.items() if k in chosen
+    }
     home = Path(tempfile.mkdtemp(prefix="wl-ablate-"))
     try:
         server = await Server.attach(start_embedded(home))
