@@ -1,7 +1,9 @@
 """Profile `work-ledger serve` under the http_claim load with py-spy (not part of run.py).
 
-    uv pip install py-spy   # into the environment that runs the benchmark
-    uv run --group bench python bench/profile_serve.py [concurrency] [seconds]
+    uv venv /tmp/pyspy && uv pip install --python /tmp/pyspy/bin/python py-spy
+    PATH=/tmp/pyspy/bin:$PATH uv run --group bench python bench/profile_serve.py [c] [seconds]
+
+(a venv of its own: `uv run` re-syncs the project's venv and would remove it there.)
 
 Starts its own embedded PostgreSQL and serve (as run.py does), drives claim+start at the
 given concurrency, records serve with `py-spy record --format raw` and prints where the
