@@ -104,11 +104,13 @@ def _rows_touched(plan: Any) -> int:
 async def test_cached_claim_plan_reads_a_handful_of_rows(
     ledger: Ledger, raw: asyncpg.Connection, domain: str | None
 ) -> None:
-    """A generic (cached) claim plan touches a few rows, not the whole ready queue."""
+    """A generic (cached) claim plan touches a few rows, not the whole ready queue nor
+    every running attempt."""
     for batch in range(3):
         await ledger.register(
             [NewUnit(f"b{batch}-{i:04d}", "fleet-a", "orders") for i in range(1000)], OPERATOR
         )
+    await asyncio.gather(*(ledger.claim(f"agent-{i}") for i in range(2000)))
     await raw.execute("ANALYZE")
     # Bound parameters always get a custom plan; a PREPAREd statement shows the cached one.
     await raw.execute("SET plan_cache_mode = force_generic_plan")

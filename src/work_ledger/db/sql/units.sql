@@ -76,13 +76,15 @@ WITH held AS (
     SET state = 'claimed', claimed_by = $1, attempt_count = u.attempt_count + 1,
         lease_expires_at = now() + make_interval(secs => $3), last_heartbeat_at = now()
     FROM picked AS p
-    WHERE u.id = p.id
+    -- The scalar lookup keeps even a cached generic plan on the primary key.
+    WHERE u.id = (SELECT id FROM picked) AND u.id = p.id
     RETURNING u AS unit, p.state AS from_state, p.claimed_by AS previous_agent
 ), superseded AS (
+    -- A scalar lookup, not a join: a plan cached while few attempts were running would
+    -- otherwise scan every running attempt for the one claimed unit.
     UPDATE work_unit_attempts AS a
     SET outcome = 'superseded', ended_at = now()
-    FROM claimed AS c
-    WHERE a.unit_id = (c.unit).id AND a.outcome IS NULL
+    WHERE a.unit_id = (SELECT (c.unit).id FROM claimed AS c) AND a.outcome IS NULL
     RETURNING a.id
 ), attempt AS (
     -- Reading `superseded` first makes the old attempt end before the new one starts.
@@ -109,8 +111,8 @@ WITH held AS (
     RETURNING u AS unit
 ), resumed_attempt AS (
     SELECT r.unit, t AS attempt
-    FROM resumed AS r
-    JOIN work_unit_attempts AS t ON t.unit_id = (r.unit).id AND t.outcome IS NULL
+    FROM resumed AS r, work_unit_attempts AS t
+    WHERE t.unit_id = (SELECT (unit).id FROM resumed) AND t.outcome IS NULL
 ), resumed_event AS (
     INSERT INTO work_unit_events (unit_id, attempt_id, event_type, agent_id, detail)
     SELECT (unit).id, (attempt).id, 'heartbeat', $1,
