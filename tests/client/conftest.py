@@ -1,21 +1,15 @@
 """Fixtures: a real server per test (its own database), and SDK clients with minted tokens."""
 
+# ruff: noqa: F811  (a test taking the shared `ledger_server` fixture names it as a parameter)
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
-from wl_server import LedgerServer, settings_for, start
+from wl_server import LedgerServer, ledger_server  # noqa: F401  (the shared fixture)
 
 from work_ledger.client import Client
-
-
-@pytest.fixture
-def ledger_server(database_url: str, tmp_path: Path) -> Iterator[LedgerServer]:
-    running = start(settings_for(database_url, tmp_path / "home"))
-    yield running
-    running.stop()
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import structlog
 import uvicorn
 
@@ -88,3 +89,11 @@ def start(settings: Settings) -> LedgerServer:
             raise RuntimeError("the work-ledger test server did not start")
         time.sleep(0.01)
     return LedgerServer(url, settings, server, thread, loop)
+
+
+@pytest.fixture
+def ledger_server(database_url: str, tmp_path: Path) -> Iterator[LedgerServer]:
+    """A real server of this test's own, on its own database."""
+    running = start(settings_for(database_url, tmp_path / "home"))
+    yield running
+    running.stop()

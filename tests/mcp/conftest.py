@@ -1,5 +1,7 @@
 """Fixtures: a real server per test, reused from the SDK tests' support module."""
 
+# ruff: noqa: F811  (a test taking the shared `ledger_server` fixture names it as a parameter)
+
 from __future__ import annotations
 
 import sys
@@ -10,16 +12,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
 
-from wl_server import LedgerServer, settings_for, start
+from wl_server import LedgerServer, ledger_server  # noqa: F401  (the shared fixture)
 
 from work_ledger.client import Client
-
-
-@pytest.fixture
-def ledger_server(database_url: str, tmp_path: Path) -> Iterator[LedgerServer]:
-    running = start(settings_for(database_url, tmp_path / "home"))
-    yield running
-    running.stop()
 
 
 @pytest.fixture
