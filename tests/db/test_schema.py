@@ -123,6 +123,62 @@ async def test_cached_claim_plan_reads_a_handful_of_rows(
     assert _rows_touched(plan) < 50, _rows_touched(plan)
 
 
+@pytest.mark.parametrize("domain", [None, "orders"])
+async def test_claim_plan_cached_on_a_fresh_backlog_stays_cheap_as_it_fills(
+    ledger: Ledger, raw: asyncpg.Connection, domain: str | None
+) -> None:
+    """A serving connection caches its claim plan while every unit is ready (a fresh
+    backlog), then keeps it while thousands are claimed: that plan must still touch a few
+    rows, not walk the listing index past every claimed unit."""
+    for batch in range(3):
+        await ledger.register(
+            [NewUnit(f"b{batch}-{i:04d}", "fleet-a", "orders") for i in range(1000)], OPERATOR
+        )
+    # Autovacuum's ANALYZE would invalidate the cached plan mid-test and hide the trap.
+    await raw.execute("ALTER TABLE work_units SET (autovacuum_enabled = off)")
+    # Only the units' statistics: the trap is a tie between their indexes. (A tiny attempts
+    # table gets a seq-scan plan too, which autovacuum's next ANALYZE replaces once the
+    # table has grown by a tenth.)
+    await raw.execute("ANALYZE work_units")
+    await raw.execute("SET plan_cache_mode = force_generic_plan")
+    await raw.execute("PREPARE claim(text, text, int, uuid) AS " + QUERIES["claim_unit"])
+    target = "NULL" if domain is None else f"'{domain}'"
+    await raw.execute(f"EXECUTE claim('cache-the-plan', {target}, 60, NULL)")
+    await asyncio.gather(*(ledger.claim(f"agent-{i}") for i in range(2000)))
+    plan = await raw.fetchval(
+        f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim('late', {target}, 60, NULL)"
+    )
+    assert (
+        await raw.fetchval("SELECT generic_plans FROM pg_prepared_statements WHERE name = 'claim'")
+        == 2
+    )
+    assert _rows_touched(plan) < 50, _rows_touched(plan)
+
+
+async def test_cached_listing_plan_starts_a_deep_page_at_its_cursor(
+    ledger: Ledger, raw: asyncpg.Connection
+) -> None:
+    """A page far into the unit listing reads about a page of rows, even from a cached plan."""
+    for batch in range(3):
+        await ledger.register(
+            [NewUnit(f"b{batch}-{i:04d}", "fleet-a", "orders") for i in range(1000)], OPERATOR
+        )
+    await raw.execute("ANALYZE work_units")
+    cursor = await raw.fetchrow(
+        "SELECT created_at, id FROM work_units ORDER BY created_at, id OFFSET 2500 LIMIT 1"
+    )
+    await raw.execute("SET plan_cache_mode = force_generic_plan")
+    await raw.execute(
+        "PREPARE page(work_state, text, text, work_disposition, timestamptz, uuid, int) AS "
+        + QUERIES["list_units"]
+    )
+    plan = await raw.fetchval(
+        "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE page(NULL, NULL, NULL, NULL, "
+        f"'{cursor['created_at'].isoformat()}', '{cursor['id']}', 100)"
+    )
+    assert _rows_touched(plan) < 400, _rows_touched(plan)
+
+
 @pytest.fixture
 async def empty_database(server_url: str) -> AsyncIterator[str]:
     """A database with no schema at all."""

@@ -39,7 +39,10 @@ WHERE ($1::work_state IS NULL OR u.state = $1)
   AND ($2::text IS NULL OR u.domain = $2)
   AND ($3::text IS NULL OR u.fleet = $3)
   AND ($4::work_disposition IS NULL OR u.disposition = $4)
-  AND ($5::timestamptz IS NULL OR (u.created_at, u.id) > ($5, $6::uuid))
+  -- No cursor starts before every unit: the comparison stays an index condition even in a
+  -- cached generic plan, which an `IS NULL OR` would turn into a filter from the first row.
+  AND (u.created_at, u.id) > (coalesce($5::timestamptz, '-infinity'),
+                              coalesce($6::uuid, '00000000-0000-0000-0000-000000000000'))
 ORDER BY u.created_at, u.id
 LIMIT $7;
 
