@@ -58,6 +58,17 @@ async def connect(url: str) -> asyncpg.Connection:
     return conn
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Nothing to undo when a pooled connection comes back.
+
+    asyncpg's default reset sends `SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
+    RESET ALL` on every release: a second round trip for every one-statement operation.
+    Pooled connections never take session state (no SET, LISTEN, advisory lock or cursor:
+    the listener and the migrator have connections of their own), and asyncpg still rolls
+    back a transaction left open before calling this.
+    """
+
+
 # A hung server or network must turn into an error the caller can act on (503), not a
 # request that never answers. Every ledger statement is an index lookup or a short scan.
 CONNECT_TIMEOUT_SECONDS = 10.0
@@ -77,6 +88,7 @@ async def create_pool(
         max_size=max_size,
         server_settings=SERVER_SETTINGS,
         init=_init_connection,
+        reset=_keep_session,
         timeout=CONNECT_TIMEOUT_SECONDS,
         command_timeout=statement_timeout,
     )
