@@ -24,13 +24,15 @@ import psutil
 from claims import EVIDENCE, seed_ledger
 from harness import Operation, Server, measure
 
+from work_ledger.config import DEFAULT_POOL_SIZE
 from work_ledger.db.connect import create_pool, with_database
 from work_ledger.runtime import migrate_database
 
 HERE = Path(__file__).resolve().parent
 SECRET = "bench-secret-not-for-production"
 TEMPLATE = "bench_tpl_http"
-POOL_SIZE_BARE = 10  # the same as `serve`'s pool (runtime.open_ledger's default)
+# The bare app gets as many database connections as `serve` has for requests.
+POOL_SIZE_BARE = int(os.environ.get("WL_POOL_SIZE") or DEFAULT_POOL_SIZE)
 
 
 class MiniHttp:
@@ -262,7 +264,7 @@ CONFIGS = {
         claim_finish_ops,
         20_000,
         "2 requests, 2 commits: the same requests to a bare ASGI app running the "
-        "hand-written claim CTE and finish statement (pool of 10, as serve)",
+        "hand-written claim CTE and finish statement (a pool as large as serve's)",
     ),
     "http_life": (
         "serve",

@@ -32,14 +32,16 @@ FRAME = re.compile(r"^(.*) \((?:.*site-packages/|.*src/)?(.*?):\d+\)$")
 
 def summarize(raw: Path, top: int = 40) -> list[str]:
     inclusive: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
     main = 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if "serve (" not in stack:  # the event loop's thread only
             continue
         main += int(count)
-        names = {FRAME.sub(r"\1 (\2)", f) for f in stack.split(";")}
-        for name in names:
+        frames = [FRAME.sub(r"\1 (\2)", f) for f in stack.split(";")]
+        own[frames[-1]] += int(count)  # collapsed stacks run root first, leaf last
+        for name in set(frames):
             inclusive[name] += int(count)
     lines = [f"main-thread samples: {main}", "", "selected (inclusive share):"]
     for key in KEYS:
@@ -48,6 +50,8 @@ def summarize(raw: Path, top: int = 40) -> list[str]:
     lines += ["", "top frames below the server loop (inclusive share):"]
     below = [(name, n) for name, n in inclusive.most_common() if n < 0.7 * main]
     lines += [f"{100 * n / main:5.1f}%  {name}" for name, n in below[:top]]
+    lines += ["", "top frames by own time (the leaf of the sample):"]
+    lines += [f"{100 * n / main:5.1f}%  {name}" for name, n in own.most_common(top)]
     return lines
 
 

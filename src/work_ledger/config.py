@@ -10,6 +10,9 @@ import platformdirs
 from dotenv import load_dotenv
 
 DEFAULT_PORT = 4001
+# Database connections `serve` uses for requests (it holds one more, to listen). A few
+# keep PostgreSQL busy; more only queue in its lock manager (bench/RESULTS.md).
+DEFAULT_POOL_SIZE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +25,7 @@ class Settings:
     url: str
     token: str | None
     secret: str | None
+    pool_size: int = DEFAULT_POOL_SIZE
 
 
 def _int(name: str, default: int) -> int:
@@ -31,7 +35,14 @@ def _int(name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise SystemExit(f"{name} must be an integer number of seconds, not {raw!r}") from None
+        raise SystemExit(f"{name} must be a whole number, not {raw!r}") from None
+
+
+def _positive(name: str, default: int) -> int:
+    value = _int(name, default)
+    if value < 1:
+        raise SystemExit(f"{name} must be at least 1, not {value}")
+    return value
 
 
 def load_settings() -> Settings:
@@ -47,4 +58,5 @@ def load_settings() -> Settings:
         url=os.environ.get("WL_URL") or f"http://127.0.0.1:{DEFAULT_PORT}",
         token=os.environ.get("WL_TOKEN") or None,
         secret=os.environ.get("WL_SECRET") or None,
+        pool_size=_positive("WL_POOL_SIZE", DEFAULT_POOL_SIZE),
     )

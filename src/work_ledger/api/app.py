@@ -71,14 +71,16 @@ def create_app(
     *,
     host: str = "127.0.0.1",
     bootstrap: bool = False,
-    max_connections: int = 10,
+    max_connections: int | None = None,
 ) -> FastAPI:
     """The API over `settings.database_url` (or the embedded server)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = await resolve_database_url(settings)
-        async with open_ledger(settings, url=url, max_connections=max_connections) as ledger:
+        async with open_ledger(
+            settings, url=url, max_connections=max_connections or settings.pool_size
+        ) as ledger:
             tokens = TokenStore(ledger.store, load_secret(settings.secret, settings.home))
             await _guard_tokens(app, tokens, settings, host)
             notifier = Notifier(url)
