@@ -123,17 +123,23 @@ async def test_cached_claim_plan_reads_a_handful_of_rows(
     assert _rows_touched(plan) < 50, _rows_touched(plan)
 
 
+@pytest.mark.parametrize("held_at_plan_time", [0, 16])
 @pytest.mark.parametrize("domain", [None, "orders"])
 async def test_claim_plan_cached_on_a_fresh_backlog_stays_cheap_as_it_fills(
-    ledger: Ledger, raw: asyncpg.Connection, domain: str | None
+    ledger: Ledger, raw: asyncpg.Connection, domain: str | None, held_at_plan_time: int
 ) -> None:
-    """A serving connection caches its claim plan while every unit is ready (a fresh
-    backlog), then keeps it while thousands are claimed: that plan must still touch a few
-    rows, not walk the listing index past every claimed unit."""
-    for batch in range(3):
-        await ledger.register(
-            [NewUnit(f"b{batch}-{i:04d}", "fleet-a", "orders") for i in range(1000)], OPERATOR
-        )
+    """A serving connection caches its claim plan while (nearly) every unit is ready, then
+    keeps it while thousands are claimed: that plan must still touch a few rows, not walk
+    the listing index past every claimed unit nor look through every live claim for a
+    lapsed lease."""
+    # A backlog large enough for the planner to weigh the listing index against the ready
+    # index (at a few thousand units it never does).
+    await raw.execute(
+        "INSERT INTO work_units (external_ref, fleet, domain) "
+        "SELECT 'b-' || g, 'fleet-a', 'orders' FROM generate_series(1, 100000) AS g"
+    )
+    for i in range(held_at_plan_time):
+        await ledger.claim(f"early-{i}")
     # Autovacuum's ANALYZE would invalidate the cached plan mid-test and hide the trap.
     await raw.execute("ALTER TABLE work_units SET (autovacuum_enabled = off)")
     # Only the units' statistics: the trap is a tie between their indexes. (A tiny attempts

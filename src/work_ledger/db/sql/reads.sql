@@ -41,9 +41,11 @@ WHERE ($1::work_state IS NULL OR u.state = $1)
   AND ($4::work_disposition IS NULL OR u.disposition = $4)
   -- No cursor starts before every unit: the comparison stays an index condition even in a
   -- cached generic plan, which an `IS NULL OR` would turn into a filter from the first row.
-  AND (u.created_at, u.id) > (coalesce($5::timestamptz, '-infinity'),
-                              coalesce($6::uuid, '00000000-0000-0000-0000-000000000000'))
-ORDER BY u.created_at, u.id
+  -- UTC wall-clock time orders as created_at does; work_units_listing_idx (migration 0006).
+  AND (u.created_at AT TIME ZONE 'UTC', u.id)
+      > (coalesce($5::timestamptz, '-infinity') AT TIME ZONE 'UTC',
+         coalesce($6::uuid, '00000000-0000-0000-0000-000000000000'))
+ORDER BY u.created_at AT TIME ZONE 'UTC', u.id
 LIMIT $7;
 
 -- name: list_events

@@ -46,7 +46,9 @@ WITH held AS (
     FOR NO KEY UPDATE SKIP LOCKED
 ), lapsed AS (
     SELECT id, state, claimed_by FROM work_units
-    WHERE $4::uuid IS NULL AND state IN ('claimed', 'in_progress') AND lease_expires_at < now()
+    -- A lease is set exactly while claimed or in_progress (unit_lease_iff_leased): naming
+    -- those states here would let a plan walk one_live_claim_per_agent instead.
+    WHERE $4::uuid IS NULL AND lease_expires_at < now()
       AND ($2::text IS NULL OR domain = $2)
       AND NOT EXISTS (SELECT 1 FROM held)
     ORDER BY lease_expires_at
