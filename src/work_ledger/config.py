@@ -10,8 +10,9 @@ import platformdirs
 from dotenv import load_dotenv
 
 DEFAULT_PORT = 4001
-# Database connections `serve` uses for requests (it holds one more, to listen). A few
-# keep PostgreSQL busy; more only queue in its lock manager (bench/RESULTS.md).
+# Database connections `serve` uses for requests (it holds one more, to listen). On two
+# cores four kept PostgreSQL busiest; more only contend for the same rows at the head of
+# the queue (bench/RESULTS.md, E3). A larger database server may want more.
 DEFAULT_POOL_SIZE = 4
 
 
