@@ -21,7 +21,7 @@ class Settings:
     database_url: str | None
     home: Path
     lease_seconds: int
-    stall_seconds: int
+    stall_seconds: int | None  # None: WL_STALL_SECONDS unset, the stored value stands
     evidence_allowed_prefixes: tuple[str, ...]
     url: str
     token: str | None
@@ -39,6 +39,10 @@ def _int(name: str, default: int) -> int:
         raise SystemExit(f"{name} must be a whole number, not {raw!r}") from None
 
 
+def _optional_int(name: str) -> int | None:
+    return _int(name, 0) if os.environ.get(name, "").strip() else None
+
+
 def _positive(name: str, default: int) -> int:
     value = _int(name, default)
     if value < 1:
@@ -54,7 +58,7 @@ def load_settings() -> Settings:
         database_url=os.environ.get("WL_DATABASE_URL") or None,
         home=Path(home).expanduser(),
         lease_seconds=_int("WL_LEASE_SECONDS", 900),
-        stall_seconds=_int("WL_STALL_SECONDS", 300),
+        stall_seconds=_optional_int("WL_STALL_SECONDS"),
         evidence_allowed_prefixes=tuple(p.strip() for p in prefixes.split(",") if p.strip()),
         url=os.environ.get("WL_URL") or f"http://127.0.0.1:{DEFAULT_PORT}",
         token=os.environ.get("WL_TOKEN") or None,

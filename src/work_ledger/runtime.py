@@ -45,7 +45,10 @@ async def open_ledger(
         statement_timeout=statement_timeout,
     )
     try:
-        await store_settings(pool, stall_seconds=settings.stall_seconds)  # v_stall_list reads it
+        if settings.stall_seconds is not None:
+            # v_stall_list reads it. Only a process told a threshold writes one, so a CLI
+            # started without WL_STALL_SECONDS leaves the server's in place.
+            await store_settings(pool, stall_seconds=settings.stall_seconds)
         yield Ledger(
             Store(pool),
             lease_seconds=settings.lease_seconds,

@@ -120,3 +120,14 @@ async def test_open_ledger_stores_the_stall_threshold(database_url: str) -> None
     async with open_ledger(settings, max_connections=1) as ledger:
         stored = await ledger.store.pool.fetchval("SELECT stall_seconds FROM wl_settings")
     assert stored == 42
+
+
+async def test_open_ledger_without_a_threshold_leaves_the_stored_one(database_url: str) -> None:
+    """A CLI started without WL_STALL_SECONDS does not overwrite the server's threshold."""
+    told = dataclasses.replace(load_settings(), database_url=database_url, stall_seconds=42)
+    async with open_ledger(told, max_connections=1):
+        pass
+    untold = dataclasses.replace(told, stall_seconds=None)
+    async with open_ledger(untold, max_connections=1) as ledger:
+        stored = await ledger.store.pool.fetchval("SELECT stall_seconds FROM wl_settings")
+    assert stored == 42
