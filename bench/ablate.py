@@ -3,11 +3,13 @@ branch taken out at a time (not part of run.py; a throwaway database per window)
 
     uv run --group bench python bench/ablate.py [--concurrency 1,16] [--reps 2] [--out FILE]
 
-Each variant is `claim_unit` (db/sql/units.sql) with one of its CTEs removed, run as the
+Each variant is `claim_unit` (db/sql/units.sql) with one of its CTEs removed (or, the last,
+the same claim as a PL/pgSQL function: bench/claim_function.sql), run as the
 claims section's `ledger_sql_claim` runs it (a raw connection per worker, a new agent per
 item, pull-next with no domain), interleaved with the hand-written ledger-shaped claim.
-The gap a removal closes is what that branch costs. None of these variants is correct:
-they measure, they do not propose.
+The gap a removal closes is what that branch costs. The cuts are not correct claims: they
+measure, they do not propose. The PL/pgSQL function is a candidate meant to be correct, not
+(yet) covered by the product's tests.
 """
 
 from __future__ import annotations
@@ -128,7 +130,10 @@ VARIANTS: dict[str, Callable[[str], str] | None] = {
     "without fresh_in_domain": no_fresh_in_domain,
     "only fresh (all six cut)": pull_next_only,
     "superseded by scalar probe": superseded_by_probe,
+    # Not a cut: the candidate in claim_function.sql, installed in the template database.
+    "claim as a PL/pgSQL function": lambda _: "SELECT * FROM wl_claim($1, $2, $3, $4)",
 }
+CLAIM_FUNCTION = Path(__file__).with_name("claim_function.sql")
 
 
 @contextlib.asynccontextmanager
@@ -173,6 +178,9 @@ async def main() -> None:
         await admin.execute('CREATE DATABASE "ablate_tpl"')
         await admin.close()
         await migrate_database(with_database(server.admin_url, "ablate_tpl"))
+        template = await asyncpg.connect(with_database(server.admin_url, "ablate_tpl"))
+        await template.execute(CLAIM_FUNCTION.read_text())
+        await template.close()
         out: dict[str, Any] = {"load_average_start": load_average(), "rows": {}}
         samples: dict[str, list[dict[str, Any]]] = {}
         for rep in range(args.reps):
