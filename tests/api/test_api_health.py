@@ -57,6 +57,24 @@ async def test_openapi_documents_problem_json(api: Api) -> None:
     assert set(claim["422"]["content"]) == {"application/problem+json"}
 
 
+async def test_openapi_documents_the_token_and_headers(api: Api) -> None:
+    """The token, X-WL-Agent and Idempotency-Key are read by hand, and still documented."""
+    schema = (await api.client().get("/openapi.json")).json()
+    assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+    def headers(path: str, method: str) -> set[str]:
+        operation = schema["paths"][path][method]
+        return {p["name"] for p in operation.get("parameters", ()) if p["in"] == "header"}
+
+    claim = schema["paths"]["/units/claim"]["post"]
+    assert claim["security"] == [{"HTTPBearer": []}]
+    assert headers("/units/claim", "post") == {"X-WL-Agent", "Idempotency-Key"}
+    assert headers("/attempts/{attempt_id}/cost", "post") == {"X-WL-Agent", "Idempotency-Key"}
+    assert headers("/units", "get") == {"X-WL-Agent"}
+    assert "security" not in schema["paths"]["/healthz"]["get"]
+    assert headers("/healthz", "get") == set()
+
+
 async def test_first_start_mints_operator_token_0600(database_url: str, tmp_path: object) -> None:
     """No token yet: the server mints an operator token into WL_HOME/operator.token (0600)."""
     settings = settings_for(database_url, tmp_path)  # type: ignore[arg-type]

@@ -1,7 +1,7 @@
 """The ASGI application: a small factory that wires state and includes one router per group.
 
 To add endpoints, write a router module under `api/routes/` (or beside this file) and add
-one `app.include_router(...)` line below.
+it to `routers` below.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from work_ledger.api import metrics, problems
+from work_ledger.api.deps import document_headers
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.middleware import EdgeMiddleware
 from work_ledger.api.routes import attempts, events, health, projection, questions, units
@@ -110,12 +111,10 @@ def create_app(
     app.add_middleware(EdgeMiddleware)
     metrics.install(app)  # GET /metrics; times every request (outside the edge)
 
-    app.include_router(health.router)
-    app.include_router(events.router)  # before units: /units/{unit}/events
-    app.include_router(units.router)
-    app.include_router(attempts.router)
-    app.include_router(questions.router)
-    app.include_router(projection.router)
+    # events before units, whose /units/{unit} would otherwise take /units/{unit}/events.
+    routers = (health, events, units, attempts, questions, projection)
+    for module in routers:
+        app.include_router(module.router)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -125,6 +124,7 @@ def create_app(
                 description=app.description,
                 routes=app.routes,
             )
+            document_headers(schema, [r for module in routers for r in module.router.routes])
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components["Problem"] = problems.Problem.model_json_schema(
                 ref_template="#/components/schemas/{model}"

@@ -11,7 +11,6 @@ from work_ledger.api import problems
 from work_ledger.api.deps import (
     Caller,
     IdempotentRoute,
-    idempotency_header,
     ledger,
     require,
     unit_logged,
@@ -24,7 +23,6 @@ router = APIRouter(
     tags=["attempts"],
     route_class=IdempotentRoute,
     responses=problems.WRITE_RESPONSES,
-    dependencies=[Depends(idempotency_header)],
 )
 LedgerDep = Annotated[Ledger, Depends(ledger)]
 Agent = Annotated[Caller, Depends(require(Role.AGENT))]

@@ -9,7 +9,7 @@ from pydantic import AwareDatetime, BaseModel, Field, StringConstraints
 from pydantic import Strict as StrictMark
 
 from work_ledger.api import problems
-from work_ledger.api.deps import Caller, IdempotentRoute, idempotency_header, ledger, require
+from work_ledger.api.deps import Caller, IdempotentRoute, ledger, require
 from work_ledger.api.schemas import Body
 from work_ledger.auth import Role
 from work_ledger.projection import MAX_EVENT_ID, MAX_ID, Projector, WorkflowEvent
@@ -19,7 +19,6 @@ router = APIRouter(
     tags=["projection"],
     route_class=IdempotentRoute,
     responses=problems.WRITE_RESPONSES,
-    dependencies=[Depends(idempotency_header)],
 )
 LedgerDep = Annotated[Ledger, Depends(ledger)]
 ProjectorRole = Annotated[Caller, Depends(require(Role.PROJECTOR))]

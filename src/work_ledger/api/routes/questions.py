@@ -14,7 +14,6 @@ from work_ledger.api.deps import (
     Caller,
     IdempotentRoute,
     Reader,
-    idempotency_header,
     ledger,
     require,
     unit_logged,
@@ -88,7 +87,6 @@ async def get_question(
 @router.post(
     "/questions/{question_id}/cancel",
     responses=problems.WRITE_RESPONSES,
-    dependencies=[Depends(idempotency_header)],
 )
 async def cancel_question(
     request: Request,

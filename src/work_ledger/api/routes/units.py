@@ -14,7 +14,6 @@ from work_ledger.api.deps import (
     Caller,
     IdempotentRoute,
     Reader,
-    idempotency_header,
     ledger,
     refuse_role,
     require,
@@ -55,10 +54,9 @@ UnitRef = Annotated[
     Path(min_length=1, max_length=256, description="The unit's id (uuid) or its external_ref."),
 ]
 LedgerDep = Annotated[Ledger, Depends(ledger)]
-Writes = [Depends(idempotency_header)]
 
 
-@router.post("/units", dependencies=Writes, responses=problems.WRITE_RESPONSES)
+@router.post("/units", responses=problems.WRITE_RESPONSES)
 async def register_units(
     body: RegisterIn,
     svc: LedgerDep,
@@ -84,7 +82,7 @@ def _claim_out(request: Request, claim: Claim) -> ClaimOut:
     )
 
 
-@router.post("/units/claim", dependencies=Writes, responses=problems.WRITE_RESPONSES)
+@router.post("/units/claim", responses=problems.WRITE_RESPONSES)
 async def claim_next(
     request: Request,
     body: ClaimIn,
@@ -119,7 +117,7 @@ async def claim_next(
             queue.leave(turn, claimed=claimed, looking_again=looking_again)
 
 
-@router.post("/units/{unit:path}/claim", dependencies=Writes, responses=problems.WRITE_RESPONSES)
+@router.post("/units/{unit:path}/claim", responses=problems.WRITE_RESPONSES)
 async def claim_named(
     request: Request,
     unit: UnitRef,
@@ -133,9 +131,7 @@ async def claim_named(
     return UnitAttemptOut.model_validate({"unit": out.unit, "attempt": out.attempt})
 
 
-@router.post(
-    "/units/{unit:path}/transition", dependencies=Writes, responses=problems.WRITE_RESPONSES
-)
+@router.post("/units/{unit:path}/transition", responses=problems.WRITE_RESPONSES)
 async def transition(
     request: Request,
     unit: UnitRef,
@@ -185,7 +181,6 @@ async def transition(
 @router.post(
     "/units/{unit:path}/block",
     status_code=201,
-    dependencies=Writes,
     responses=problems.WRITE_RESPONSES,
 )
 async def block(
@@ -209,7 +204,7 @@ async def block(
     )
 
 
-@router.post("/units/{unit:path}/unblock", dependencies=Writes, responses=problems.WRITE_RESPONSES)
+@router.post("/units/{unit:path}/unblock", responses=problems.WRITE_RESPONSES)
 async def unblock(
     request: Request,
     unit: UnitRef,
@@ -227,7 +222,7 @@ async def unblock(
     )
 
 
-@router.post("/units/{unit:path}/dispose", dependencies=Writes, responses=problems.WRITE_RESPONSES)
+@router.post("/units/{unit:path}/dispose", responses=problems.WRITE_RESPONSES)
 async def dispose(
     request: Request,
     unit: UnitRef,
