@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
+import tempfile
 import time
 import uuid
-import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,16 +67,17 @@ class Postgres:
 
 
 @pytest.fixture(scope="module")
-async def stoppable(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Postgres]:
+async def stoppable() -> AsyncIterator[Postgres]:
     """One PostgreSQL for this module, stopped for good at the end."""
-    home = tmp_path_factory.mktemp("stoppable")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        admin = await asyncio.to_thread(embedded_server_url, home / "pg")
+    # Not under pytest's folders: a concurrent pytest run chmods those, which would cut a
+    # root-run server's OS user off its data (db/pg_owner.py).
+    home = Path(tempfile.mkdtemp(prefix="wl-stoppable-"))
+    admin = await asyncio.to_thread(embedded_server_url, home / "pg")
     server = Postgres(home / "pg" / "pgdata", admin)
     yield server
     with contextlib.suppress(Exception):
         await server.stop()
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture

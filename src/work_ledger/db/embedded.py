@@ -213,7 +213,7 @@ def _secure_legacy(home: Path, pgdata: Path, user: DbUser, socket_dir: Path) -> 
 
 def _detach(home: Path, me: Holder, delete: bool) -> None:
     """At exit: drop this process (and any dead holder); the last live one stops the server."""
-    if os.getpid() != me.pid:  # a forked child inherited the hook
+    if os.getpid() != me.pid or not home.is_dir():  # a forked child; a home removed
         return
     pgdata = home / "pgdata"
     with _locked(home):
