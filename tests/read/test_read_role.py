@@ -1,7 +1,7 @@
 """`grant-reader`: a LOGIN role that may SELECT the five views and nothing else.
 
-The embedded server trusts its unix socket, so a password is not checked there; what is
-tested is the role's privileges, which hold whatever the authentication.
+The embedded server asks every role for its password (SCRAM); what is tested besides is
+the role's privileges, which hold whatever the authentication.
 """
 
 from __future__ import annotations
@@ -216,3 +216,11 @@ async def test_ledger_role_keeps_what_the_reader_lost(raw: asyncpg.Connection) -
     assert await raw.fetchval("SELECT pg_try_advisory_lock(7)") is True
     await raw.execute("SELECT pg_advisory_unlock(7)")
     await raw.execute("CREATE TEMP TABLE scratch (x int)")
+
+
+async def test_reader_with_a_wrong_password_is_refused(reader_url: str) -> None:
+    """The server checks the reader's password (no trust authentication)."""
+    wrong = reader_url.replace(":reader-secret@", ":not-the-secret@")
+    assert wrong != reader_url
+    with pytest.raises(asyncpg.InvalidPasswordError):
+        await asyncpg.connect(wrong)
