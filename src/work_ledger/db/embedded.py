@@ -140,6 +140,9 @@ def _initialise(home: Path, pgdata: Path, user: DbUser) -> None:
         return
     user.own(pgdata)
     password = secrets.token_urlsafe(32)
+    # Kept first: if this process dies while initdb runs, initdb still finishes (or cleans
+    # up after itself), and the data directory never exists without its password.
+    _write_private(home / PASSFILE, f"*:*:*:{SUPERUSER}:{password}\n")
     with tempfile.TemporaryDirectory(prefix="wl-initdb-") as scratch:
         user.own(Path(scratch))
         pwfile = Path(scratch) / "pw"
@@ -149,7 +152,6 @@ def _initialise(home: Path, pgdata: Path, user: DbUser) -> None:
         argv += ["--auth=scram-sha-256", f"--pwfile={pwfile}", "--no-instructions"]
         _run_as_db(user, pgdata, argv)
     (pgdata / "pg_hba.conf").write_text(_HBA)
-    _write_private(home / PASSFILE, f"*:*:*:{SUPERUSER}:{password}\n")
 
 
 def _running_socket_dir(pgdata: Path) -> Path | None:
