@@ -242,6 +242,16 @@ def _as(user: pwd.struct_passwd, argv: list[str], env: dict[str, str] | None = N
     )
 
 
+def _probe_as(user: pwd.struct_passwd, sockets: list[str], folders: list[str]) -> Any:
+    """What `user` meets at each socket and folder (skips when it may run no Python)."""
+    try:
+        done = _as(user, [PROBE_PYTHON, "-c", PROBE, json.dumps(sockets), json.dumps(folders)])
+    except OSError as exc:
+        pytest.skip(f"{user.pw_name} may not run {PROBE_PYTHON}: {exc}")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def _sockets_of(pgdata: Path) -> tuple[list[str], list[object]]:
     """Every Unix socket the server's processes have open, and every TCP/UDP one."""
     postmaster = psutil.Process(_postmasters(pgdata)[0])
@@ -275,18 +285,8 @@ def test_another_user_cannot_reach_a_root_run_server(length: int) -> None:
             sockets, inet = _sockets_of(home / "pgdata")
             assert sockets
             assert inet == []
-            seen = json.loads(
-                _as(
-                    probe, [PROBE_PYTHON, "-c", PROBE, json.dumps(sockets), json.dumps([str(base)])]
-                ).stdout
-            )
-            mine = json.loads(
-                subprocess.run(
-                    [sys.executable, "-c", PROBE, json.dumps(sockets), "[]"],
-                    capture_output=True,
-                    text=True,
-                ).stdout
-            )
+            seen = _probe_as(probe, sockets, [str(base)])
+            mine = _probe_as(pwd.getpwuid(os.geteuid()), sockets, [])
         finally:
             _release(holder)
         assert seen == {path: "refused EACCES" for path in [*sockets, str(base)]}
@@ -317,12 +317,8 @@ def test_another_user_cannot_reach_an_ordinary_users_server(length: int) -> None
             sockets, inet = _sockets_of(home / "pgdata")
             assert sockets
             assert inet == []
-            seen = json.loads(
-                _as(probe, [PROBE_PYTHON, "-c", PROBE, json.dumps(sockets), "[]"]).stdout
-            )
-            mine = json.loads(
-                _as(owner, [PROBE_PYTHON, "-c", PROBE, json.dumps(sockets), "[]"]).stdout
-            )
+            seen = _probe_as(probe, sockets, [])
+            mine = _probe_as(owner, sockets, [])
         finally:
             _release(holder)
         assert seen == {path: "refused EACCES" for path in sockets}
