@@ -51,7 +51,9 @@ def _positive(name: str, default: int) -> int:
 
 
 def load_settings() -> Settings:
-    load_dotenv(override=False)
+    # Only the working directory's own .env: python-dotenv's default search walks up from
+    # the package's folder, so a checkout under /tmp would read a /tmp/.env anyone can plant.
+    load_dotenv(Path.cwd() / ".env", override=False)
     prefixes = os.environ.get("WL_EVIDENCE_ALLOWED_PREFIXES", "")
     home = os.environ.get("WL_HOME") or platformdirs.user_data_dir("work-ledger")
     return Settings(

@@ -158,7 +158,7 @@ def test_refusal_json_error_names_invariant(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_default_token_read_from_home(cli: Cli, cli_server: LedgerServer, tmp_path: Path) -> None:
-    """Without WL_TOKEN the CLI uses WL_HOME/operator.token, as `serve` stores it."""
+    """Without WL_TOKEN an operator verb uses WL_HOME/operator.token, as `serve` stores it."""
     home = tmp_path / "serve-home"
     home.mkdir()
     (home / "operator.token").write_text(cli_server.token("operator", "op") + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -170,3 +171,55 @@ def test_run_lost_claim_stops_command(
         "rival",
         ["superseded", None],
     )
+
+
+def _home_with_operator_token(server: LedgerServer, tmp_path: Path) -> tuple[Path, str]:
+    """A WL_HOME holding the operator token, as `serve` leaves it on its host."""
+    home = tmp_path / "serve-home"
+    home.mkdir()
+    token = server.token("operator", "op")
+    (home / "operator.token").write_text(token + "\n")
+    return home, token
+
+
+@pytest.mark.parametrize(
+    "verb", [["claim"], ["run", "--", "touch", "ran"], ["heartbeat", "u1"], ["mcp"]]
+)
+def test_agent_commands_never_fall_back_to_the_operator_token(
+    run_server: LedgerServer, operator: Client, tmp_path: Path, verb: list[str]
+) -> None:
+    """No WL_TOKEN, the operator token in WL_HOME: agent verbs, run and mcp stop (exit 5),
+    say how to mint an agent's token, and claim nothing."""
+    operator.register([{"external_ref": "u1", "fleet": "f"}])
+    home, _ = _home_with_operator_token(run_server, tmp_path)
+    env = {"WL_URL": run_server.url, "WL_TOKEN": "", "WL_HOME": str(home)}
+    result = CliRunner().invoke(app, verb, env=env)
+    assert result.exit_code == 5, result.output
+    assert "work-ledger token create --role agent" in result.stderr
+    assert operator.get_unit("u1").unit.state == "ready"
+    assert not (Path.cwd() / "ran").exists()
+
+
+def test_run_hands_the_command_only_the_agents_token(
+    run_server: LedgerServer, operator: Client, tmp_path: Path
+) -> None:
+    """CMD's environment holds the agent's token and neither the operator token's folder,
+    the token secret nor a database URL."""
+    operator.register([{"external_ref": "u1", "fleet": "f"}])
+    home, operator_token = _home_with_operator_token(run_server, tmp_path)
+    agent_token = run_server.token("agent", "runner")
+    seen = tmp_path / "env.json"
+    dump = f"import json, os; open({str(seen)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    env = {
+        "WL_URL": run_server.url,
+        "WL_TOKEN": agent_token,
+        "WL_HOME": str(home),
+        "WL_SECRET": "s" * 32,
+        "WL_DATABASE_URL": "postgresql://postgres:pw@/x",
+    }
+    result = CliRunner().invoke(app, ["run", "--", sys.executable, "-c", dump], env=env)
+    assert result.exit_code == 0, result.output
+    child = json.loads(seen.read_text())
+    assert child["WL_TOKEN"] == agent_token
+    assert [k for k in ("WL_HOME", "WL_SECRET", "WL_DATABASE_URL") if k in child] == []
+    assert operator_token not in json.dumps(child)

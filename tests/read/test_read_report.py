@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -22,8 +23,8 @@ from work_ledger.service import Ledger
 WIDE = {"COLUMNS": "220", "NO_COLOR": "1"}
 
 
-async def _invoke(url: str, *args: str) -> Result:
-    runner = CliRunner(env={"WL_DATABASE_URL": url, **WIDE})
+async def _invoke(url: str, *args: str, **env: str) -> Result:
+    runner = CliRunner(env={"WL_DATABASE_URL": url, **WIDE, **env})
     return await asyncio.to_thread(runner.invoke, app, list(args))
 
 
@@ -73,11 +74,16 @@ async def test_report_on_an_unmigrated_database_says_what_to_do(server_url: str)
 
 
 async def test_grant_reader_command_makes_the_role(
-    database_url: str, raw: asyncpg.Connection
+    database_url: str, raw: asyncpg.Connection, tmp_path: Path
 ) -> None:
-    """The command creates a login role and says what it may read."""
+    """The command creates a login role (password from --password-file) and says what it
+    may read."""
     role = "wl_cli_reader"
-    result = await _invoke(database_url, "grant-reader", "--role-name", role, "--password", "pw")
+    secret = tmp_path / "reader.password"
+    secret.write_text("pw-from-a-file\n")
+    result = await _invoke(
+        database_url, "grant-reader", "--role-name", role, "--password-file", str(secret)
+    )
     try:
         assert result.exit_code == 0, result.output
         assert "v_disposition_summary" in result.output
@@ -92,11 +98,20 @@ async def test_grant_reader_command_makes_the_role(
 async def test_grant_reader_command_refuses_a_bad_name(database_url: str) -> None:
     """A refused role name exits 1 with the rule, not a traceback."""
     result = await _invoke(
-        database_url, "grant-reader", "--role-name", "Bad-Name", "--password", "x"
+        database_url, "grant-reader", "--role-name", "Bad-Name", WL_READER_PASSWORD="x"
     )
     assert result.exit_code == 1
     assert "invalid_input" in result.output
     assert "ledger_reader" in result.output
+
+
+async def test_grant_reader_takes_no_password_on_the_command_line(database_url: str) -> None:
+    """`--password` is not an option (argv is visible to every local user in `ps`)."""
+    result = await _invoke(
+        database_url, "grant-reader", "--role-name", "ledger_reader", "--password", "x"
+    )
+    assert result.exit_code == 2
+    assert "No such option" in result.output
 
 
 async def test_report_watch_redraws_from_the_database(

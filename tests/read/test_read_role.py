@@ -1,7 +1,7 @@
 """`grant-reader`: a LOGIN role that may SELECT the five views and nothing else.
 
-The embedded server trusts its unix socket, so a password is not checked there; what is
-tested is the role's privileges, which hold whatever the authentication.
+The embedded server asks every role for its password (SCRAM); what is tested besides is
+the role's privileges, which hold whatever the authentication.
 """
 
 from __future__ import annotations
@@ -187,3 +187,40 @@ def test_scram_verifier_matches_rfc_7677() -> None:
         a ^ b for a, b in zip(proof, hmac.digest(stored_key, auth_message, "sha256"), strict=True)
     )
     assert hashlib.sha256(client_key).digest() == stored_key
+
+
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        "CREATE TEMP TABLE scratch (x int)",
+        "SELECT lo_from_bytea(0, '\\x00'::bytea)",
+        "SELECT lo_create(0)",
+        "SELECT lo_creat(-1)",
+        "SELECT pg_advisory_lock(1)",
+        "SELECT pg_try_advisory_lock(1)",
+        "SELECT pg_advisory_lock(1, 2)",
+    ],
+)
+async def test_reader_cannot_write_even_with_read_only_turned_off(
+    reader: asyncpg.Connection, attempt: str
+) -> None:
+    """With its read-only default SET off, the reader still cannot make a temporary
+    table, a large object, or hold an advisory lock (the migrator's among them)."""
+    await _read_write(reader)
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await reader.execute(attempt)
+
+
+async def test_ledger_role_keeps_what_the_reader_lost(raw: asyncpg.Connection) -> None:
+    """The ledger's own role still takes advisory locks and temporary tables."""
+    assert await raw.fetchval("SELECT pg_try_advisory_lock(7)") is True
+    await raw.execute("SELECT pg_advisory_unlock(7)")
+    await raw.execute("CREATE TEMP TABLE scratch (x int)")
+
+
+async def test_reader_with_a_wrong_password_is_refused(reader_url: str) -> None:
+    """The server checks the reader's password (no trust authentication)."""
+    wrong = reader_url.replace(":reader-secret@", ":not-the-secret@")
+    assert wrong != reader_url
+    with pytest.raises(asyncpg.InvalidPasswordError):
+        await asyncpg.connect(wrong)

@@ -1,5 +1,8 @@
 """WL_* settings: defaults, and a refusal that names the variable for a bad value."""
 
+import os
+from pathlib import Path
+
 import pytest
 
 from work_ledger.config import DEFAULT_POOL_SIZE, load_settings
@@ -22,3 +25,21 @@ def test_pool_size_must_be_a_positive_whole_number(
     monkeypatch.setenv("WL_POOL_SIZE", value)
     with pytest.raises(SystemExit, match="WL_POOL_SIZE"):
         load_settings()
+
+
+def test_dotenv_is_read_from_the_working_directory_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The working directory's .env is read; one in a folder above it is not."""
+    monkeypatch.delenv("WL_LEASE_SECONDS", raising=False)
+    monkeypatch.delenv("WL_STALL_SECONDS", raising=False)
+    (tmp_path / ".env").write_text("WL_LEASE_SECONDS=321\n")  # planted above the checkout
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    monkeypatch.chdir(checkout)
+    assert load_settings().lease_seconds == 900
+    (checkout / ".env").write_text("WL_STALL_SECONDS=77\n")
+    try:
+        assert load_settings().stall_seconds == 77
+    finally:
+        os.environ.pop("WL_STALL_SECONDS", None)  # load_dotenv sets it process-wide

@@ -54,8 +54,8 @@ async def _guard_tokens(app: FastAPI, tokens: TokenStore, settings: Settings, ho
         path = settings.home / OPERATOR_TOKEN_FILE
         write_private(path, token)
         print(
-            f"No API token existed: minted an operator token (shown once, saved 0600 to "
-            f"{path}):\n{token}",
+            f"No API token existed: minted an operator token, saved 0600 to {path} "
+            "(read it from that file; it is never printed or logged)",
             flush=True,
         )
 

@@ -62,19 +62,31 @@ def exit_code(exc: WorkLedgerError) -> int:
     return EXIT_ERROR
 
 
-def client_settings() -> tuple[str, str | None]:
-    """WL_URL and WL_TOKEN; without WL_TOKEN, the operator token `serve` stored in WL_HOME."""
+NO_AGENT_TOKEN = (
+    "no token: set WL_TOKEN to an agent's own token. On the server's host, `work-ledger "
+    "token create --role agent --principal NAME` mints one (its last line is the token). "
+    "Agent verbs, `run` and `mcp` never fall back to the operator token in WL_HOME."
+)
+
+
+def client_settings(*, operator: bool = False) -> tuple[str, str]:
+    """WL_URL and WL_TOKEN. Only an operator verb (`operator=True`) falls back to the
+    operator token `serve` stored in WL_HOME; without a token the verb stops, saying how
+    to get one."""
     settings = load_settings()
     token = settings.token
-    if token is None:
+    if token is None and operator:
         stored = Path(settings.home) / OPERATOR_TOKEN_FILE
         if stored.is_file():
             token = stored.read_text().strip() or None
+    if token is None:
+        err_console.print(NO_AGENT_TOKEN, markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_AUTH)
     return settings.url, token
 
 
-def make_client() -> Client:
-    url, token = client_settings()
+def make_client(*, operator: bool = False) -> Client:
+    url, token = client_settings(operator=operator)
     return Client(url, token, agent=os.environ.get("WL_AGENT") or None)
 
 
@@ -289,7 +301,7 @@ def answer(
     as_json: bool = JsonOption,
 ) -> None:
     """Answer a blocked unit's open question; the unit goes back to in_progress."""
-    with handled(as_json), make_client() as client:
+    with handled(as_json), make_client(operator=True) as client:
         asked = client.unblock(unit, text, question_id=question)
         emit_json(asked) if as_json else print_unit(asked.unit)
 
@@ -355,7 +367,7 @@ def release(
 @app.command()
 def show(unit: str = UnitArg, as_json: bool = JsonOption) -> None:
     """Show a unit with its attempts and questions."""
-    with handled(as_json), make_client() as client:
+    with handled(as_json), make_client(operator=True) as client:
         detail = client.get_unit(unit)
         if as_json:
             emit_json(detail)
@@ -375,7 +387,7 @@ def events(
     as_json: bool = JsonOption,
 ) -> None:
     """The event log, newest first (of one unit, or of the whole ledger)."""
-    with handled(as_json), make_client() as client:
+    with handled(as_json), make_client(operator=True) as client:
         page = client.list_events(unit, limit=limit, cursor=cursor)
         if as_json:
             emit_json(page)
@@ -401,7 +413,7 @@ def questions(
     as_json: bool = JsonOption,
 ) -> None:
     """List blocking questions (open ones by default)."""
-    with handled(as_json), make_client() as client:
+    with handled(as_json), make_client(operator=True) as client:
         page = client.list_questions(
             status=status or None, assignee_group_slug=group, limit=limit, wait_seconds=wait
         )
@@ -432,7 +444,7 @@ def register(
         console=err_console,
         disable=as_json or not err_console.is_terminal,
     )
-    with handled(as_json), make_client() as client, progress:
+    with handled(as_json), make_client(operator=True) as client, progress:
         task = progress.add_task("register", total=len(good))
         for at in range(0, len(good), batch):
             chunk = good[at : at + batch]

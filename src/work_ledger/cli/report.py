@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 from decimal import Decimal
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -265,22 +267,30 @@ async def _grant(role_name: str, password: str) -> list[str]:
         await conn.close()
 
 
+PasswordFileOption = typer.Option(
+    None,
+    "--password-file",
+    help="A file whose first line is the password (or set WL_READER_PASSWORD; prompted "
+    "when neither is given). Never on the command line, where `ps` shows it to every user.",
+)
+
+
+def _reader_password(password_file: Path | None) -> str:
+    if password_file is not None:
+        lines = password_file.read_text().splitlines()
+        return lines[0] if lines else ""
+    return os.environ.get("WL_READER_PASSWORD") or typer.prompt(
+        "Password", hide_input=True, confirmation_prompt=True
+    )
+
+
 @app.command("grant-reader")
 def grant_reader_command(
     role_name: Annotated[str, typer.Option(help="The PostgreSQL role to create or update.")],
-    password: Annotated[
-        str,
-        typer.Option(
-            prompt=True,
-            hide_input=True,
-            confirmation_prompt=True,
-            envvar="WL_READER_PASSWORD",
-            help="Its login password (prompted when omitted; or WL_READER_PASSWORD).",
-        ),
-    ],
+    password_file: Path | None = PasswordFileOption,
 ) -> None:
     """Create or update a LOGIN role that may SELECT the five views and nothing else."""
-    views = run_async(_grant(role_name, password))
+    views = run_async(_grant(role_name, _reader_password(password_file)))
     err_console.print(
         f"role {role_name} may now SELECT {', '.join(views)} and nothing else; "
         "point Grafana's datasource at it (deploy/grafana/)",

@@ -4,7 +4,10 @@ CMD sees the unit in its environment:
 
     WL_UNIT_ID      the unit's id            WL_UNIT_REF     its external_ref
     WL_ATTEMPT_ID   the live attempt's id    WL_RESULT_FILE  where CMD may write its result
-    WL_URL, WL_TOKEN                          so CMD can call the other verbs itself
+    WL_URL, WL_TOKEN                          so CMD can call the agent verbs itself
+
+WL_TOKEN is the agent's own token (`run` never falls back to the operator's), and CMD does
+not inherit WL_HOME, WL_SECRET, database URLs or passwords.
 
 CMD may write WL_RESULT_FILE as JSON: {"cost_cents": 123, "evidence_url": "https://..."}.
 When CMD ends, the cost (if any) is recorded; then exit status 0 verifies the unit with the
@@ -73,18 +76,30 @@ def read_result(path: Path) -> tuple[int | None, str | None]:
     return cost or None, evidence or None
 
 
+# What could do more than the agent's own token: the operator token's folder, the token
+# secret, database URLs and passwords. CMD never sees them.
+WITHHELD = (
+    "WL_HOME",
+    "WL_SECRET",
+    "WL_DATABASE_URL",
+    "WL_READ_DATABASE_URL",
+    "WL_READER_PASSWORD",
+    "PGPASSWORD",
+    "PGPASSFILE",
+)
+
+
 def _environment(work: Work, result_file: Path) -> dict[str, str]:
     url, token = client_settings()
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in WITHHELD}
     env.update(
         WL_UNIT_ID=work.unit.id,
         WL_UNIT_REF=work.unit.external_ref,
         WL_ATTEMPT_ID=work.attempt.id,
         WL_RESULT_FILE=str(result_file),
         WL_URL=url,
+        WL_TOKEN=token,
     )
-    if token:
-        env["WL_TOKEN"] = token
     return env
 
 

@@ -73,8 +73,8 @@ def serve(
 ) -> None:
     """Apply migrations, then serve the HTTP API.
 
-    With no API token yet, mints an operator token (printed once, saved 0600 to
-    WL_HOME/operator.token), and refuses to bind a non-loopback address."""
+    With no API token yet, mints an operator token (saved 0600 to WL_HOME/operator.token,
+    whose path it prints, never the token), and refuses to bind a non-loopback address."""
     import uvicorn
 
     from work_ledger.api.app import create_app, is_loopback
