@@ -8,8 +8,11 @@ request path:
     work_ledger_stalled_units{domain}        gauge    leased units past the stall threshold
     work_ledger_claims_total{domain}         counter  attempts ever started (v_cost_per_unit)
     work_ledger_reclaims_total{domain}       counter  attempts lost to a lapsed lease (v_rework)
+    work_ledger_open_questions{assignee_group_slug}             gauge  units waiting on people
+    work_ledger_oldest_open_question_seconds{assignee_group_slug}  gauge  0 when none is open
+                                             (both v_question_wait)
 
-These four describe the ledger, not this process: every replica reports the same values
+These describe the ledger, not this process: every replica reports the same values
 (aggregate them with max, not sum), and they survive restarts.
 
 Counted by this process as requests pass:
@@ -70,6 +73,18 @@ class _ViewCollector(Collector):
         for domain, count in sorted(snapshot.stalled.items()):
             stalled.add_metric([domain], count)
         yield stalled
+        yield self._by_group(
+            "work_ledger_open_questions",
+            "Open blocking questions (units waiting on people), per assignee group "
+            "(v_question_wait).",
+            snapshot.open_questions,
+        )
+        yield self._by_group(
+            "work_ledger_oldest_open_question_seconds",
+            "Age of the oldest open blocking question, per assignee group; 0 when none is "
+            "open (v_question_wait).",
+            snapshot.oldest_question_seconds,
+        )
         yield self._counter(
             "work_ledger_claims",
             "Attempts ever started, per domain: one per claim (v_cost_per_unit).",
@@ -80,6 +95,13 @@ class _ViewCollector(Collector):
             "Attempts superseded by a stale reclaim after their lease lapsed (v_rework).",
             snapshot.reclaims,
         )
+
+    @staticmethod
+    def _by_group(name: str, documentation: str, values: dict[str, int]) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, documentation, labels=["assignee_group_slug"])
+        for group, value in sorted(values.items()):
+            family.add_metric([group], value)
+        return family
 
     @staticmethod
     def _counter(name: str, documentation: str, values: dict[str, int]) -> CounterMetricFamily:
