@@ -64,8 +64,8 @@ SELECT CASE WHEN grouping(domain) = 0 THEN 'domain'
            AS unrouted_questions,
        coalesce(floor(max(open_seconds) FILTER (WHERE status = 'open')), 0)::bigint
            AS oldest_open_seconds,
-       round((percentile_cont(0.5) WITHIN GROUP (ORDER BY open_seconds)
-              FILTER (WHERE status = 'open'))::numeric, 1) AS open_p50_seconds,
+       floor(percentile_cont(0.5) WITHIN GROUP (ORDER BY open_seconds)
+             FILTER (WHERE status = 'open'))::bigint AS open_p50_seconds,
        count(*) FILTER (WHERE status = 'answered') AS answered_questions,
        round((percentile_cont(0.5) WITHIN GROUP (ORDER BY answer_seconds)
               FILTER (WHERE status = 'answered'))::numeric, 1) AS answer_p50_seconds,
