@@ -29,7 +29,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -45,6 +45,7 @@ READ_TIMEOUT_SECONDS = 5.0
 MAX_PROBLEM_BYTES = 64 * 1024
 LATENCY_BUCKETS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 UNMATCHED = "unmatched"
+Family = TypeVar("Family", GaugeMetricFamily, CounterMetricFamily)
 
 
 class _ViewCollector(Collector):
@@ -99,16 +100,18 @@ class _ViewCollector(Collector):
     @staticmethod
     def _by_group(name: str, documentation: str, values: dict[str, int]) -> GaugeMetricFamily:
         family = GaugeMetricFamily(name, documentation, labels=["assignee_group_slug"])
-        for group, value in sorted(values.items()):
-            family.add_metric([group], value)
-        return family
+        return _filled(family, values)
 
     @staticmethod
     def _counter(name: str, documentation: str, values: dict[str, int]) -> CounterMetricFamily:
-        family = CounterMetricFamily(name, documentation, labels=["domain"])
-        for domain, value in sorted(values.items()):
-            family.add_metric([domain], value)
-        return family
+        return _filled(CounterMetricFamily(name, documentation, labels=["domain"]), values)
+
+
+def _filled(family: Family, values: dict[str, int]) -> Family:
+    """`family` with one sample per value, labelled by its key, in label order."""
+    for label, value in sorted(values.items()):
+        family.add_metric([label], value)
+    return family
 
 
 class LedgerMetrics:

@@ -43,6 +43,13 @@ async def _route(
     )
 
 
+async def _routed_as(client: httpx.AsyncClient, question: dict[str, Any]) -> str | None:
+    stored: str | None = (await client.get(f"/questions/{question['id']}")).json()[
+        "external_task_id"
+    ]
+    return stored
+
+
 async def test_route_records_the_id_once_and_names_it_on_conflict(
     api: Api, operator: httpx.AsyncClient, triage: httpx.AsyncClient
 ) -> None:
@@ -79,8 +86,7 @@ async def test_route_refuses_a_closed_question(
     await triage.post(f"/units/{question['unit_id']}/unblock", json={"answer": "v2"})
     body = assert_refused(await _route(triage, question, "HQ-1"), "question_routed_while_open")
     assert body["question_status"] == "answered"
-    stored = (await triage.get(f"/questions/{question['id']}")).json()
-    assert stored["external_task_id"] is None
+    assert await _routed_as(triage, question) is None
 
 
 async def test_route_bad_input_is_a_4xx_and_writes_nothing(
@@ -98,8 +104,7 @@ async def test_route_bad_input_is_a_4xx_and_writes_nothing(
         assert_problem(await triage.post(url, json=body), 422)
     assert_problem(await _route(triage, {"id": uuid.uuid4()}, "HQ-1"), 404, "not_found")
     assert_problem(await _route(triage, {"id": "not-a-uuid"}, "HQ-1"), 422)
-    stored = (await triage.get(f"/questions/{question['id']}")).json()
-    assert stored["external_task_id"] is None
+    assert await _routed_as(triage, question) is None
 
 
 async def test_route_with_an_idempotency_key_replays(
@@ -138,15 +143,23 @@ async def _timed(coro: Any) -> tuple[httpx.Response, float]:
     return response, time.monotonic() - started
 
 
+async def _waiting(
+    triage: httpx.AsyncClient, routed: str
+) -> asyncio.Task[tuple[httpx.Response, float]]:
+    """A long-poll of the open questions (up to 30 s), checked to be waiting."""
+    params = {"status": "open", "routed": routed, "wait_seconds": 30}
+    waiting = asyncio.create_task(_timed(triage.get("/questions", params=params)))
+    await asyncio.sleep(0.5)
+    assert not waiting.done()
+    return waiting
+
+
 async def test_unrouted_long_poll_wakes_for_a_new_question_only(
     api: Api, operator: httpx.AsyncClient, triage: httpx.AsyncClient
 ) -> None:
     """A routed question does not end the wait; the next question asked does, alone."""
     await _route(triage, await _ask(api, operator, "old?"), "HQ-1")
-    params = {"status": "open", "routed": "false", "wait_seconds": 30}
-    waiting = asyncio.create_task(_timed(triage.get("/questions", params=params)))
-    await asyncio.sleep(0.5)
-    assert not waiting.done()
+    waiting = await _waiting(triage, routed="false")
     await _ask(api, operator, "new?")
     response, elapsed = await waiting
     assert [q["question"] for q in response.json()["items"]] == ["new?"]
@@ -158,10 +171,7 @@ async def test_routed_long_poll_wakes_when_a_question_is_routed(
 ) -> None:
     """Routing notifies list waiters as an opened question does."""
     question = await _ask(api, operator)
-    params = {"status": "open", "routed": "true", "wait_seconds": 30}
-    waiting = asyncio.create_task(_timed(triage.get("/questions", params=params)))
-    await asyncio.sleep(0.5)
-    assert not waiting.done()
+    waiting = await _waiting(triage, routed="true")
     await _route(triage, question, "HQ-1")
     response, elapsed = await waiting
     assert [q["external_task_id"] for q in response.json()["items"]] == ["HQ-1"]

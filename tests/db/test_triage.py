@@ -6,22 +6,23 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import pytest
 
-from conftest import OPERATOR, UnitFactory
 from work_ledger.db.connect import create_pool
 from work_ledger.db.store import Store
-from work_ledger.domain import Question, QuestionStatus, State
+from work_ledger.domain import Actor, Question, QuestionStatus, State
 from work_ledger.errors import InvalidInput, InvariantViolation, NotFound
 from work_ledger.service import Ledger
 from work_ledger.triage import route_question
 
 ROUNDS = 20
+OPERATOR = Actor("operator", privileged=True)
 
 
-async def _asked(units: UnitFactory, ledger: Ledger) -> Question:
+async def _asked(units: Any, ledger: Ledger) -> Question:
     placed = await units.place(State.BLOCKED)
     detail = await ledger.get_unit(str(placed.unit.id))
     return detail.questions[-1]
@@ -36,7 +37,7 @@ async def _events(raw: asyncpg.Connection, question: Question) -> list[asyncpg.R
 
 
 async def test_route_question_sets_the_id_and_appends_one_event(
-    units: UnitFactory, ledger: Ledger, raw: asyncpg.Connection
+    units: Any, ledger: Ledger, raw: asyncpg.Connection
 ) -> None:
     """Routing records external_task_id and a `routed` event; the same id again is a no-op."""
     question = await _asked(units, ledger)
@@ -52,24 +53,22 @@ async def test_route_question_sets_the_id_and_appends_one_event(
 
 
 async def test_route_question_another_id_is_refused_naming_the_first(
-    units: UnitFactory, ledger: Ledger, snapshot: object
+    units: Any, ledger: Ledger, snapshot: Any
 ) -> None:
     """A second id is a 409 `question_routed_once` that names the id already recorded."""
     question = await _asked(units, ledger)
     await route_question(ledger.store, question.id, "HQ-1", "triage-1")
-    before = await snapshot()  # type: ignore[operator]
+    before = await snapshot()
     with pytest.raises(InvariantViolation) as refused:
         await route_question(ledger.store, question.id, "HQ-2", "triage-2")
     assert refused.value.invariant == "question_routed_once"
     assert refused.value.extra["external_task_id"] == "HQ-1"
     assert "'HQ-1'" in refused.value.detail
     assert "close 'HQ-2'" in refused.value.detail
-    assert before == await snapshot()  # type: ignore[operator]
+    assert before == await snapshot()
 
 
-async def test_route_question_closed_before_routing_is_refused(
-    units: UnitFactory, ledger: Ledger
-) -> None:
+async def test_route_question_closed_before_routing_is_refused(units: Any, ledger: Ledger) -> None:
     """An answered or cancelled question that was never routed is not routed."""
     answered = await _asked(units, ledger)
     await ledger.unblock(str(answered.unit_id), "yes", OPERATOR)
@@ -83,7 +82,7 @@ async def test_route_question_closed_before_routing_is_refused(
 
 
 async def test_route_question_routed_then_answered_same_id_is_still_a_no_op(
-    units: UnitFactory, ledger: Ledger
+    units: Any, ledger: Ledger
 ) -> None:
     """A retry after the answer arrived gets the (closed) question back, unchanged."""
     question = await _asked(units, ledger)
@@ -93,7 +92,7 @@ async def test_route_question_routed_then_answered_same_id_is_still_a_no_op(
     assert (again.status, again.external_task_id) == (QuestionStatus.ANSWERED, "HQ-1")
 
 
-async def test_route_question_unknown_or_bad_id(units: UnitFactory, ledger: Ledger) -> None:
+async def test_route_question_unknown_or_bad_id(units: Any, ledger: Ledger) -> None:
     """An unknown question is a NotFound; an empty or overlong external id is bad input."""
     with pytest.raises(NotFound):
         await route_question(ledger.store, uuid.uuid4(), "HQ-1", "triage-1")
@@ -103,9 +102,7 @@ async def test_route_question_unknown_or_bad_id(units: UnitFactory, ledger: Ledg
             await route_question(ledger.store, question.id, bad, "triage-1")
 
 
-async def test_list_questions_filters_routed_and_unrouted(
-    units: UnitFactory, ledger: Ledger
-) -> None:
+async def test_list_questions_filters_routed_and_unrouted(units: Any, ledger: Ledger) -> None:
     """routed=False lists triage's to-do, routed=True the routed ones, None both."""
     first, second = await _asked(units, ledger), await _asked(units, ledger)
     await route_question(ledger.store, first.id, "HQ-1", "triage-1")
@@ -122,8 +119,20 @@ async def test_list_questions_filters_routed_and_unrouted(
 # -- the database's own guard, with raw SQL -------------------------------------------------
 
 
+async def _refused_routing(
+    raw: asyncpg.Connection, question: Question, value: str | None
+) -> str | None:
+    """The constraint that refuses setting external_task_id to `value` with raw SQL."""
+    with pytest.raises(asyncpg.CheckViolationError) as refused:
+        await raw.execute(
+            "UPDATE blocking_questions SET external_task_id = $2 WHERE id = $1", question.id, value
+        )
+    constraint: str | None = refused.value.constraint_name
+    return constraint
+
+
 async def test_raw_sql_cannot_change_or_clear_a_routed_id(
-    units: UnitFactory, ledger: Ledger, raw: asyncpg.Connection
+    units: Any, ledger: Ledger, raw: asyncpg.Connection
 ) -> None:
     """Once set, external_task_id never changes, not even to null."""
     question = await _asked(units, ledger)
@@ -131,19 +140,13 @@ async def test_raw_sql_cannot_change_or_clear_a_routed_id(
         "UPDATE blocking_questions SET external_task_id = 'HQ-1' WHERE id = $1", question.id
     )
     for value in ("HQ-2", None):
-        with pytest.raises(asyncpg.CheckViolationError) as refused:
-            await raw.execute(
-                "UPDATE blocking_questions SET external_task_id = $2 WHERE id = $1",
-                question.id,
-                value,
-            )
-        assert refused.value.constraint_name == "question_routed_once"
+        assert await _refused_routing(raw, question, value) == "question_routed_once"
     same = "UPDATE blocking_questions SET external_task_id = 'HQ-1' WHERE id = $1"
     assert await raw.execute(same, question.id) == "UPDATE 1"
 
 
 async def test_raw_sql_cannot_route_a_closed_question(
-    units: UnitFactory, ledger: Ledger, raw: asyncpg.Connection
+    units: Any, ledger: Ledger, raw: asyncpg.Connection
 ) -> None:
     """Neither a closed question nor the update that closes it may set the id."""
     closed = await _asked(units, ledger)
@@ -164,18 +167,12 @@ async def test_raw_sql_cannot_route_a_closed_question(
 
 
 async def test_raw_sql_external_id_is_bounded(
-    units: UnitFactory, ledger: Ledger, raw: asyncpg.Connection
+    units: Any, ledger: Ledger, raw: asyncpg.Connection
 ) -> None:
     """An empty or overlong external_task_id is refused by a CHECK."""
     question = await _asked(units, ledger)
     for bad in ("", "x" * 257):
-        with pytest.raises(asyncpg.CheckViolationError) as refused:
-            await raw.execute(
-                "UPDATE blocking_questions SET external_task_id = $2 WHERE id = $1",
-                question.id,
-                bad,
-            )
-        assert refused.value.constraint_name == "question_external_task_id_bounded"
+        assert await _refused_routing(raw, question, bad) == "question_external_task_id_bounded"
 
 
 # -- two triage workers, each on a connection of its own ------------------------------------
@@ -199,7 +196,7 @@ async def _attempt(store: Store, question: Question, external: str) -> str:
 
 
 async def test_route_two_workers_race_with_different_ids_exactly_one_wins(
-    units: UnitFactory, ledger: Ledger, raw: asyncpg.Connection, workers: list[Store]
+    units: Any, ledger: Ledger, raw: asyncpg.Connection, workers: list[Store]
 ) -> None:
     """Two workers route one question under different ids at once: one wins, one event."""
     for _ in range(ROUNDS):
@@ -216,7 +213,7 @@ async def test_route_two_workers_race_with_different_ids_exactly_one_wins(
 
 
 async def test_route_two_workers_race_with_the_same_id_route_once(
-    units: UnitFactory, ledger: Ledger, raw: asyncpg.Connection, workers: list[Store]
+    units: Any, ledger: Ledger, raw: asyncpg.Connection, workers: list[Store]
 ) -> None:
     """Two workers that derived the same id both succeed, and only one event is appended."""
     for _ in range(ROUNDS):
