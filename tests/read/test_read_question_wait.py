@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from decimal import Decimal
 
 import asyncpg
@@ -10,8 +11,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from work_ledger.cli import app
+from work_ledger.db.connect import ensure_database, with_database
+from work_ledger.db.migrate import apply_migrations, load_migrations
 from work_ledger.domain import Actor, NewUnit
 from work_ledger.metrics import LedgerMetrics
+from work_ledger.readside import grant_reader
 from work_ledger.service import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
@@ -141,3 +145,38 @@ async def test_report_shows_who_is_waiting(seeded: Ledger, database_url: str) ->
     cells = [c.strip() for c in row.strip().strip("│┃").split("│")]
     assert cells[:3] == ["agent-questions", "1", "1"]  # one open, not routed
     assert cells[5] == "1"  # one answered (o1)
+
+
+async def test_migration_0007_lets_an_existing_reader_read_the_new_view(server_url: str) -> None:
+    """A reader made before 0007 reads v_question_wait once 0007 is applied, without
+    running grant-reader again."""
+    name, role = f"wl_upgrade_{uuid.uuid4().hex[:10]}", f"wl_reader_{uuid.uuid4().hex[:10]}"
+    await ensure_database(server_url, name)
+    url = with_database(server_url, name)
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            "CREATE TABLE wl_schema_migrations (version integer PRIMARY KEY,"
+            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in [m for m in load_migrations() if m.version < 7]:
+            await conn.execute(migration.sql)
+            await conn.execute(
+                "INSERT INTO wl_schema_migrations (version, name) VALUES ($1, $2)",
+                migration.version,
+                migration.name,
+            )
+        await grant_reader(conn, role, "reader-secret")  # the 0004 function: five views
+        assert 7 in [m.version for m in await apply_migrations(conn)]
+        reader = await asyncpg.connect(url, user=role, password="reader-secret")
+        try:
+            assert await reader.fetchval("SELECT scope FROM v_question_wait") == "total"
+        finally:
+            await reader.close()
+        await conn.execute(f'DROP OWNED BY "{role}"')
+        await conn.execute(f'DROP ROLE "{role}"')
+    finally:
+        await conn.close()
+        admin = await asyncpg.connect(server_url)
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
