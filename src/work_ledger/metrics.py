@@ -8,8 +8,11 @@ request path:
     work_ledger_stalled_units{domain}        gauge    leased units past the stall threshold
     work_ledger_claims_total{domain}         counter  attempts ever started (v_cost_per_unit)
     work_ledger_reclaims_total{domain}       counter  attempts lost to a lapsed lease (v_rework)
+    work_ledger_open_questions{assignee_group_slug}             gauge  units waiting on people
+    work_ledger_oldest_open_question_seconds{assignee_group_slug}  gauge  0 when none is open
+                                             (both v_question_wait)
 
-These four describe the ledger, not this process: every replica reports the same values
+These describe the ledger, not this process: every replica reports the same values
 (aggregate them with max, not sum), and they survive restarts.
 
 Counted by this process as requests pass:
@@ -26,7 +29,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -42,6 +45,7 @@ READ_TIMEOUT_SECONDS = 5.0
 MAX_PROBLEM_BYTES = 64 * 1024
 LATENCY_BUCKETS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 UNMATCHED = "unmatched"
+Family = TypeVar("Family", GaugeMetricFamily, CounterMetricFamily)
 
 
 class _ViewCollector(Collector):
@@ -70,6 +74,18 @@ class _ViewCollector(Collector):
         for domain, count in sorted(snapshot.stalled.items()):
             stalled.add_metric([domain], count)
         yield stalled
+        yield self._by_group(
+            "work_ledger_open_questions",
+            "Open blocking questions (units waiting on people), per assignee group "
+            "(v_question_wait).",
+            snapshot.open_questions,
+        )
+        yield self._by_group(
+            "work_ledger_oldest_open_question_seconds",
+            "Age of the oldest open blocking question, per assignee group; 0 when none is "
+            "open (v_question_wait).",
+            snapshot.oldest_question_seconds,
+        )
         yield self._counter(
             "work_ledger_claims",
             "Attempts ever started, per domain: one per claim (v_cost_per_unit).",
@@ -82,11 +98,20 @@ class _ViewCollector(Collector):
         )
 
     @staticmethod
+    def _by_group(name: str, documentation: str, values: dict[str, int]) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, documentation, labels=["assignee_group_slug"])
+        return _filled(family, values)
+
+    @staticmethod
     def _counter(name: str, documentation: str, values: dict[str, int]) -> CounterMetricFamily:
-        family = CounterMetricFamily(name, documentation, labels=["domain"])
-        for domain, value in sorted(values.items()):
-            family.add_metric([domain], value)
-        return family
+        return _filled(CounterMetricFamily(name, documentation, labels=["domain"]), values)
+
+
+def _filled(family: Family, values: dict[str, int]) -> Family:
+    """`family` with one sample per value, labelled by its key, in label order."""
+    for label, value in sorted(values.items()):
+        family.add_metric([label], value)
+    return family
 
 
 class LedgerMetrics:

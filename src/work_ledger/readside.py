@@ -1,4 +1,4 @@
-"""The read side (DESIGN §8): the five views, the stall threshold they read, and the role
+"""The read side (DESIGN §8): the views, the stall threshold they read, and the role
 that may read them and nothing else.
 
 Humans read the ledger through the views (migration 0004): Grafana through a read-only
@@ -26,13 +26,14 @@ from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import translated_errors
 from work_ledger.errors import Forbidden, InvalidInput, Unavailable
 
-# The views a reader role may SELECT; wl_grant_reader (migration 0004) grants the same.
+# The views a reader role may SELECT; wl_grant_reader (migrations 0004, 0007) grants the same.
 READ_VIEWS = (
     "v_queue_depth",
     "v_stall_list",
     "v_cost_per_unit",
     "v_rework",
     "v_disposition_summary",
+    "v_question_wait",
 )
 STATES = ("ready", "claimed", "in_progress", "blocked", "verified", "done", "abandoned")
 SCRAM_ITERATIONS = 4096
@@ -75,7 +76,7 @@ async def store_settings(conn: Conn, *, stall_seconds: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """What `work-ledger report` shows: rows of the five views, as read in one moment."""
+    """What `work-ledger report` shows: rows of the views, as read in one moment."""
 
     domain: str | None
     queue_depth: list[dict[str, Any]]
@@ -85,6 +86,7 @@ class Report:
     rework: list[dict[str, Any]]
     reworked: list[dict[str, Any]]
     dispositions: list[dict[str, Any]]
+    question_wait: list[dict[str, Any]]
 
 
 async def read_report(
@@ -105,6 +107,7 @@ async def read_report(
             rework=await rows("read_rework_rates"),
             reworked=await rows("read_reworked_units", top),
             dispositions=await rows("read_disposition_summary"),
+            question_wait=await rows("read_question_wait"),
         )
 
 
@@ -114,12 +117,15 @@ async def read_report(
 @dataclass(frozen=True, slots=True)
 class GaugeSnapshot:
     """From one query: units by (domain, state), and by domain the stalled units, the
-    attempts ever started (one per claim) and the attempts lost to a stale reclaim."""
+    attempts ever started (one per claim) and the attempts lost to a stale reclaim; by
+    assignee group the open questions and the oldest open one's age in seconds."""
 
     units: dict[tuple[str, str], int]
     stalled: dict[str, int]
     claims: dict[str, int]
     reclaims: dict[str, int]
+    open_questions: dict[str, int]
+    oldest_question_seconds: dict[str, int]
 
     @property
     def domains(self) -> set[str]:
@@ -147,11 +153,14 @@ async def read_gauges(conn: Conn) -> GaugeSnapshot:
         for state in STATES
     }
     domains = {domain for domain, _ in units}
+    waits = _json(row["question_wait"])
     return GaugeSnapshot(
         units,
         _by_domain(row["stalled"], domains),
         _by_domain(row["claims"], domains),
         _by_domain(row["reclaims"], domains),
+        {str(w["group"]): int(w["open"]) for w in waits},
+        {str(w["group"]): int(w["oldest"]) for w in waits},
     )
 
 

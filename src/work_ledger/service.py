@@ -506,13 +506,16 @@ class Ledger:
         *,
         status: QuestionStatus | None = None,
         assignee_group_slug: str | None = None,
+        routed: bool | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Question]:
+        """Oldest first; `routed` False keeps those without an external_task_id (triage's
+        to-do list), True those with one."""
         keyset.check_page_limit(limit)
         after_time, after_id = keyset.decode(cursor)
         rows = await self.store.fetch(
-            "list_questions", status, assignee_group_slug, after_time, after_id, limit
+            "list_questions", status, assignee_group_slug, after_time, after_id, limit, routed
         )
         questions = [Question.from_record(r["question"]) for r in rows]
         last = questions[-1] if len(questions) == limit else None

@@ -13,6 +13,7 @@ Role → endpoint matrix (DESIGN §7); `operator` may do everything:
     POST /units/{unit}/unblock         ·      ·        ✓        ·         ·
     POST /units/{unit}/dispose         ✓      ·        ·        ·         ·
     POST /questions/{id}/cancel        ✓      ·        ✓        ·         ·
+    POST /questions/{id}/route         ·      ·        ✓        ·         ·
     POST /projection/events            ·      ·        ·        ✓         ·
 
 An agent acts as itself (Actor(privileged=False)): the service checks it holds the unit.

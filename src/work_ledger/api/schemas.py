@@ -112,6 +112,14 @@ class CancelIn(Body):
     reason: Reason | None = None
 
 
+class RouteIn(Body):
+    external_task_id: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=256),
+        Field(description="The id of the item triage created for it in the human queue."),
+    ]
+
+
 # -- responses ----------------------------------------------------------------------------
 
 

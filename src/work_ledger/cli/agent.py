@@ -183,9 +183,9 @@ def attempts_table(attempts: list[Attempt]) -> Table:
 
 
 def questions_table(questions: list[Question], title: str = "questions") -> Table:
-    table = Table("id", "unit", "status", "question", "answer", title=title)
+    table = Table("id", "unit", "status", "question", "answer", "routed as", title=title)
     for q in questions:
-        _row(table, q.id, q.unit_id, q.status, q.question, q.answer or "")
+        _row(table, q.id, q.unit_id, q.status, q.question, q.answer or "", q.external_task_id or "")
     return table
 
 
@@ -410,12 +410,19 @@ def questions(
     group: str | None = typer.Option(None, help="Only this assignee group."),
     limit: int = typer.Option(50, help="How many (1..500)."),
     wait: int | None = typer.Option(None, help="Wait up to this many seconds for one."),
+    unrouted: bool = typer.Option(
+        False, "--unrouted", help="Only those not yet routed to the human queue (triage)."
+    ),
     as_json: bool = JsonOption,
 ) -> None:
     """List blocking questions (open ones by default)."""
     with handled(as_json), make_client(operator=True) as client:
         page = client.list_questions(
-            status=status or None, assignee_group_slug=group, limit=limit, wait_seconds=wait
+            status=status or None,
+            assignee_group_slug=group,
+            routed=False if unrouted else None,
+            limit=limit,
+            wait_seconds=wait,
         )
         emit_json(page) if as_json else console.print(questions_table(page.items))
 

@@ -1,4 +1,4 @@
-"""`work-ledger report` (the five views as terminal tables) and `work-ledger grant-reader`
+"""`work-ledger report` (the read-side views as terminal tables) and `work-ledger grant-reader`
 (the PostgreSQL role Grafana reads them with). Both talk to the database directly."""
 
 from __future__ import annotations
@@ -50,7 +50,16 @@ def _label(row: dict[str, Any]) -> str:
 
 # Columns of text read left-aligned; the rest are numbers, right-aligned.
 TEXT_COLUMNS = frozenset(
-    {"domain", "unit", "state", "holder", "disposition", "evidence links", "last heartbeat"}
+    {
+        "assignee group",
+        "domain",
+        "unit",
+        "state",
+        "holder",
+        "disposition",
+        "evidence links",
+        "last heartbeat",
+    }
 )
 
 
@@ -197,6 +206,38 @@ def disposition_table(report: Report) -> Table:
     return table
 
 
+def _seconds(value: Decimal | int | None) -> str:
+    return "—" if value is None else _ago(int(value))
+
+
+def question_wait_table(report: Report) -> Table:
+    table = _table(
+        "v_question_wait — units waiting on people",
+        "assignee group",
+        "open",
+        "not routed",
+        "oldest open",
+        "median open",
+        "answered",
+        "answer p50",
+        "answer p90",
+    )
+    for row in report.question_wait:
+        label = row["domain"] if row["scope"] == "domain" else row["assignee_group_slug"]
+        table.add_row(
+            "all groups" if row["scope"] == "total" else str(label),
+            str(row["open_questions"]),
+            str(row["unrouted_questions"]),
+            _seconds(row["oldest_open_seconds"] if row["open_questions"] else None),
+            _seconds(row["open_p50_seconds"]),
+            str(row["answered_questions"]),
+            _seconds(row["answer_p50_seconds"]),
+            _seconds(row["answer_p90_seconds"]),
+            style="bold" if row["scope"] == "total" else None,
+        )
+    return table
+
+
 def render_report(report: Report) -> Group:
     """The report as rich renderables, one table per view."""
     return Group(
@@ -206,6 +247,7 @@ def render_report(report: Report) -> Group:
         costliest_table(report),
         rework_table(report),
         disposition_table(report),
+        question_wait_table(report),
     )
 
 
@@ -247,7 +289,7 @@ def report(
     ] = False,
     interval: Annotated[float, typer.Option(min=0.5, help="Seconds between redraws.")] = 5.0,
 ) -> None:
-    """Print the five read-side views as tables, straight from the database."""
+    """Print the read-side views as tables, straight from the database."""
     if not watch:
         console.print(render_report(run_async(_read_once(domain))))
         return
@@ -289,7 +331,7 @@ def grant_reader_command(
     role_name: Annotated[str, typer.Option(help="The PostgreSQL role to create or update.")],
     password_file: Path | None = PasswordFileOption,
 ) -> None:
-    """Create or update a LOGIN role that may SELECT the five views and nothing else."""
+    """Create or update a LOGIN role that may SELECT the views and nothing else."""
     views = run_async(_grant(role_name, _reader_password(password_file)))
     err_console.print(
         f"role {role_name} may now SELECT {', '.join(views)} and nothing else; "

@@ -307,6 +307,11 @@ def cancel_question(question_id: str, reason: str | None, key: str | None) -> Ca
     )
 
 
+def route_question(question_id: str, external_task_id: str, key: str | None) -> Call[Question]:
+    body = {"external_task_id": external_task_id}
+    return _write(f"/questions/{question_id}/route", body, Question.from_json, key=key)
+
+
 def project_events(events: list[Mapping[str, Any]], key: str | None) -> Call[dict[str, Any]]:
     return _write("/projection/events", {"events": list(events)}, dict, key=key)
 
@@ -329,6 +334,19 @@ def list_events(unit: str | None, limit: int | None, cursor: str | None) -> Call
 
 def list_questions(**query: Any) -> Call[Page[Question]]:
     return _read("/questions", _page(Question.from_json), **query)
+
+
+def unrouted_questions(
+    assignee_group_slug: str | None, limit: int | None, wait_seconds: int | None
+) -> Call[Page[Question]]:
+    """Open questions not yet routed to the human queue, oldest first (triage's to-do)."""
+    return list_questions(
+        status="open",
+        routed=False,
+        assignee_group_slug=assignee_group_slug,
+        limit=limit,
+        wait_seconds=wait_seconds,
+    )
 
 
 def get_question(question_id: str, wait_seconds: int | None) -> Call[Question]:

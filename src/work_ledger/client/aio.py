@@ -174,6 +174,15 @@ class AsyncClient:
     ) -> Question:
         return await self.send(calls.cancel_question(question_id, reason, key))
 
+    async def route_question(
+        self, question_id: str, external_task_id: str, *, key: str | None = None
+    ) -> Question:
+        """Record the human queue's item for an open question, once: the same id again
+        changes nothing; another id is refused (409 `question_routed_once`, naming the
+        routed one in `extra["external_task_id"]`), as is a closed question
+        (`question_routed_while_open`). Either way, close the item you created."""
+        return await self.send(calls.route_question(question_id, external_task_id, key))
+
     async def project_events(
         self, events: list[Mapping[str, Any]], *, key: str | None = None
     ) -> dict[str, Any]:
@@ -193,7 +202,18 @@ class AsyncClient:
         return await self.send(calls.list_events(unit, limit, cursor))
 
     async def list_questions(self, **query: Any) -> Page[Question]:
+        """Query: status, assignee_group_slug, routed, limit, cursor, wait_seconds."""
         return await self.send(calls.list_questions(**query))
+
+    async def unrouted_questions(
+        self,
+        *,
+        assignee_group_slug: str | None = None,
+        limit: int | None = None,
+        wait_seconds: int | None = None,
+    ) -> Page[Question]:
+        """Open questions not yet routed, oldest first; `wait_seconds` long-polls for one."""
+        return await self.send(calls.unrouted_questions(assignee_group_slug, limit, wait_seconds))
 
     async def get_question(self, question_id: str, *, wait_seconds: int | None = None) -> Question:
         return await self.send(calls.get_question(question_id, wait_seconds))

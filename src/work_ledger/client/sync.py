@@ -178,6 +178,15 @@ class Client:
     ) -> Question:
         return self.send(calls.cancel_question(question_id, reason, key))
 
+    def route_question(
+        self, question_id: str, external_task_id: str, *, key: str | None = None
+    ) -> Question:
+        """Record the human queue's item for an open question, once: the same id again
+        changes nothing; another id is refused (409 `question_routed_once`, naming the
+        routed one in `extra["external_task_id"]`), as is a closed question
+        (`question_routed_while_open`). Either way, close the item you created."""
+        return self.send(calls.route_question(question_id, external_task_id, key))
+
     def project_events(
         self, events: list[Mapping[str, Any]], *, key: str | None = None
     ) -> dict[str, Any]:
@@ -208,8 +217,18 @@ class Client:
             cursor = page.next_cursor
 
     def list_questions(self, **query: Any) -> Page[Question]:
-        """Query: status, assignee_group_slug, limit, cursor, wait_seconds."""
+        """Query: status, assignee_group_slug, routed, limit, cursor, wait_seconds."""
         return self.send(calls.list_questions(**query))
+
+    def unrouted_questions(
+        self,
+        *,
+        assignee_group_slug: str | None = None,
+        limit: int | None = None,
+        wait_seconds: int | None = None,
+    ) -> Page[Question]:
+        """Open questions not yet routed, oldest first; `wait_seconds` long-polls for one."""
+        return self.send(calls.unrouted_questions(assignee_group_slug, limit, wait_seconds))
 
     def get_question(self, question_id: str, *, wait_seconds: int | None = None) -> Question:
         return self.send(calls.get_question(question_id, wait_seconds))

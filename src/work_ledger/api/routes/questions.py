@@ -1,5 +1,5 @@
 """Blocking questions: list (optionally waiting for one), show (optionally waiting for the
-answer), cancel."""
+answer), cancel, route (triage)."""
 
 from __future__ import annotations
 
@@ -25,10 +25,12 @@ from work_ledger.api.schemas import (
     CancelIn,
     QuestionOut,
     QuestionPage,
+    RouteIn,
 )
 from work_ledger.auth import Role
 from work_ledger.domain import QuestionStatus
 from work_ledger.service import Ledger
+from work_ledger.triage import route_question
 
 router = APIRouter(tags=["questions"], route_class=IdempotentRoute)
 LedgerDep = Annotated[Ledger, Depends(ledger)]
@@ -45,6 +47,10 @@ async def list_questions(
     _: Reader,
     status: QuestionStatus | None = None,
     assignee_group_slug: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+    routed: Annotated[
+        bool | None,
+        Query(description="false: only questions not yet routed to the human queue (triage)."),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
     wait_seconds: Wait = 0,
@@ -56,7 +62,11 @@ async def list_questions(
     while True:
         wake = notifier.questions_changed()
         page = await svc.list_questions(
-            status=status, assignee_group_slug=assignee_group_slug, limit=limit, cursor=cursor
+            status=status,
+            assignee_group_slug=assignee_group_slug,
+            routed=routed,
+            limit=limit,
+            cursor=cursor,
         )
         remaining = deadline - loop.time()
         if page.items or remaining <= 0:
@@ -97,5 +107,19 @@ async def cancel_question(
 ) -> QuestionOut:
     """Withdraw an open question (its holder, triage or an operator); the unit resumes."""
     question = await svc.cancel_question(question_id, caller.actor(Role.TRIAGE), reason=body.reason)
+    unit_logged(request, question.unit_id)
+    return QuestionOut.model_validate(question)
+
+
+@router.post("/questions/{question_id}/route", responses=problems.WRITE_RESPONSES)
+async def route(
+    request: Request,
+    question_id: uuid.UUID,
+    body: RouteIn,
+    svc: LedgerDep,
+    caller: Annotated[Caller, Depends(require(Role.TRIAGE))],
+) -> QuestionOut:
+    """Record the human queue's item for an open question, once (the same id again: no-op)."""
+    question = await route_question(svc.store, question_id, body.external_task_id, caller.agent)
     unit_logged(request, question.unit_id)
     return QuestionOut.model_validate(question)

@@ -63,10 +63,12 @@ LIMIT $3;
 
 -- name: list_questions
 -- Oldest first. $1 status, $2 assignee group (null for any), $3 cursor created_at,
--- $4 cursor id, $5 limit.
+-- $4 cursor id, $5 limit, $6 routed (true: has an external_task_id, false: has none,
+-- null: either).
 SELECT q AS question FROM blocking_questions AS q
 WHERE ($1::question_status IS NULL OR q.status = $1)
   AND ($2::text IS NULL OR q.assignee_group_slug = $2)
+  AND ($6::boolean IS NULL OR (q.external_task_id IS NOT NULL) = $6)
   AND ($3::timestamptz IS NULL OR (q.created_at, q.id) > ($3, $4::uuid))
 ORDER BY q.created_at, q.id
 LIMIT $5;

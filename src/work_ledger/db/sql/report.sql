@@ -67,9 +67,20 @@ FROM v_disposition_summary
 WHERE CASE WHEN $1::text IS NULL THEN scope = 'total' ELSE scope = 'domain' AND domain = $1 END
 ORDER BY disposition;
 
+-- name: read_question_wait
+-- $1 domain or null (then the group rows and the total row; with a domain, its row alone).
+SELECT scope, domain, assignee_group_slug, open_questions, unrouted_questions,
+       oldest_open_seconds, open_p50_seconds, answered_questions, answer_p50_seconds,
+       answer_p90_seconds, cancelled_questions
+FROM v_question_wait
+WHERE CASE WHEN $1::text IS NULL THEN scope IN ('group', 'total')
+           ELSE scope = 'domain' AND domain = $1 END
+ORDER BY scope = 'total', oldest_open_seconds DESC, assignee_group_slug;
+
 -- name: read_metrics_snapshot
 -- Everything /metrics reads from the views, in one round trip: queue depth by domain and
--- state, stalled units by domain, attempts (one per claim) and stale reclaims by domain.
+-- state, stalled units by domain, attempts (one per claim) and stale reclaims by domain,
+-- open questions and the oldest one's age by assignee group.
 SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
         FROM v_queue_depth AS q WHERE q.scope = 'domain') AS queue_depth,
        (SELECT coalesce(jsonb_object_agg(s.domain, s.units), '{}')
@@ -78,7 +89,11 @@ SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
        (SELECT coalesce(jsonb_object_agg(c.domain, c.attempts), '{}')
         FROM v_cost_per_unit AS c WHERE c.scope = 'domain') AS claims,
        (SELECT coalesce(jsonb_object_agg(r.domain, r.superseded_attempts), '{}')
-        FROM v_rework AS r WHERE r.scope = 'domain') AS reclaims;
+        FROM v_rework AS r WHERE r.scope = 'domain') AS reclaims,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'group', w.assignee_group_slug, 'open', w.open_questions,
+                   'oldest', w.oldest_open_seconds)), '[]')
+        FROM v_question_wait AS w WHERE w.scope = 'group') AS question_wait;
 
 -- name: read_grant_reader
 -- $1 role name, $2 SCRAM-SHA-256 password verifier: the views the role may now read.
