@@ -10,26 +10,62 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+import trustme
 from served import Served, ledger_env
 
 StartReplicas = Callable[..., Awaitable[list[Served]]]
 
 
+@dataclass(frozen=True)
+class Tls:
+    """A CA made at test time, and a certificate it signed for 127.0.0.1 and localhost."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+@pytest.fixture
+def tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Tls:
+    """Test-time TLS files; this process (its readiness probes) trusts the CA."""
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1", "localhost")
+    files = Tls(tmp_path / "ca.pem", tmp_path / "server.pem", tmp_path / "server.key")
+    ca.cert_pem.write_to_path(str(files.ca))
+    issued.private_key_pem.write_to_path(str(files.key))
+    with open(files.cert, "wb") as chain:
+        for blob in issued.cert_chain_pems:
+            chain.write(blob.bytes())
+    monkeypatch.setenv("SSL_CERT_FILE", str(files.ca))
+    return files
+
+
+class TlsServed(Served):
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+
 @pytest.fixture
 async def start_replicas(database_url: str, tmp_path: Path) -> AsyncIterator[StartReplicas]:
-    """Start n `serve` replicas over this test's database at once; stopped afterwards."""
+    """Start n `serve` replicas over this test's database at once (serving HTTPS with
+    `tls=`); stopped afterwards."""
     started: list[Served] = []
 
-    async def start(count: int, **env: str) -> list[Served]:
+    async def start(count: int, tls: Tls | None = None, **env: str) -> list[Served]:
+        if tls is not None:
+            env |= {"WL_TLS_CERT": str(tls.cert), "WL_TLS_KEY": str(tls.key)}
+        kind = Served if tls is None else TlsServed
         batch = []
         for _ in range(count):
             home = tmp_path / f"replica-{len(started)}"
             home.mkdir()
-            server = Served({**ledger_env(database_url, home), **env}, home)
+            server = kind({**ledger_env(database_url, home), **env}, home)
             started.append(server)
             batch.append(server)
             server.spawn()
