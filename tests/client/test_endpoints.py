@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import trustme
 
+from work_ledger.client import AsyncClient, Client
 from work_ledger.client import _calls as calls
 from work_ledger.client._endpoints import Endpoints, parse_urls, tls_verify
 from work_ledger.client.errors import ClientMisconfigured, Unreachable
@@ -119,3 +120,20 @@ def test_tls_verify_refuses_a_file_that_is_not_pem(tmp_path: Path) -> None:
     junk.write_text("not a certificate\n")
     with pytest.raises(ClientMisconfigured, match="not a readable PEM file"):
         tls_verify(junk)
+
+
+def test_client_refuses_to_send_a_token_in_clear_to_another_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """http:// off loopback with a token: refused, unless WL_ALLOW_PLAIN_HTTP=1 says so."""
+    monkeypatch.delenv("WL_TOKEN", raising=False)
+    monkeypatch.delenv("WL_ALLOW_PLAIN_HTTP", raising=False)
+    remote = "https://a.example:4001,http://b.example:4001"
+    with pytest.raises(ClientMisconfigured, match=r"http://b\.example:4001 is plain http"):
+        Client(remote, "wl_00000000_token")
+    with pytest.raises(ClientMisconfigured, match="WL_ALLOW_PLAIN_HTTP=1"):
+        AsyncClient(remote, "wl_00000000_token")
+    Client("https://a.example,http://127.0.0.1:1,http://localhost:2,http://[::1]:3", "wl_x").close()
+    Client(remote).close()  # no token, nothing to leak
+    monkeypatch.setenv("WL_ALLOW_PLAIN_HTTP", "1")
+    Client(remote, "wl_00000000_token").close()

@@ -8,6 +8,7 @@ replica that takes the retry returns the first outcome instead of acting twice.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import ssl
 import threading
@@ -20,6 +21,8 @@ import httpx
 from work_ledger.client.errors import ClientMisconfigured
 
 CA_BUNDLE_VARIABLES = ("WL_CA_BUNDLE", "SSL_CERT_FILE")
+# Transports that never touch the network (tests, in-process apps).
+_IN_PROCESS = (httpx.ASGITransport, httpx.MockTransport)
 _EXAMPLE = "e.g. WL_URL=https://ledger-a:4001,https://ledger-b:4001"
 
 
@@ -74,6 +77,31 @@ def tls_verify(ca_bundle: str | os.PathLike[str] | None) -> ssl.SSLContext | boo
             f"{source} names {str(path)!r}, which is not a readable PEM file of CA certificates "
             f"({exc}); point it at the CA bundle that signed the server's certificate"
         ) from exc
+
+
+def refuse_token_in_clear(urls: Sequence[str], transport: object) -> None:
+    """A token sent over plain http to another host crosses the network readable by anyone on
+    the path: refused unless WL_ALLOW_PLAIN_HTTP=1 says the network is trusted."""
+    if os.environ.get("WL_ALLOW_PLAIN_HTTP") == "1" or isinstance(transport, _IN_PROCESS):
+        return
+    for url in urls:
+        split = urlsplit(url)
+        if split.scheme == "http" and not _is_loopback(split.hostname or ""):
+            raise ClientMisconfigured(
+                f"{url} is plain http to another host: the bearer token would cross the "
+                "network in clear. Use https:// (the server's --tls-cert), or, behind a "
+                "network you trust (the server runs with --allow-plain-http), set "
+                "WL_ALLOW_PLAIN_HTTP=1"
+            )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class Endpoints:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import httpx
 
 from work_ledger.client import _calls as calls
-from work_ledger.client._endpoints import Endpoints, tls_verify
+from work_ledger.client._endpoints import Endpoints, refuse_token_in_clear, tls_verify
 from work_ledger.client.models import (
     Asked,
     Claim,
@@ -62,9 +62,12 @@ class Client:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.endpoints = Endpoints(url or calls.default_url())
+        sent = calls.headers(token, agent)
+        if "Authorization" in sent:
+            refuse_token_in_clear(self.endpoints.urls, transport)
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self._http = httpx.Client(
-            headers=calls.headers(token, agent),
+            headers=sent,
             timeout=timeout,
             verify=tls_verify(ca_bundle),
             transport=transport,
