@@ -79,26 +79,31 @@ async def test_run_and_mcp_keep_heartbeating_through_a_replica_death(
     params = StdioServerParameters(
         command=WORK_LEDGER, args=["mcp"], env=base | {"WL_TOKEN": claude}
     )
-    async with mcp.Client(params) as session, operator:
-        claimed = await session.call_tool("claim", {"unit": "mcp/1"})
-        assert not claimed.is_error, claimed
-        for _ in range(600):
-            if (await operator.get_unit("run/1")).unit.state == "in_progress":
-                break
-            await asyncio.sleep(0.1)
-        a.kill(signal.SIGKILL)
-        killed_at = time.monotonic()
-        await asyncio.sleep(3 * LEASE)  # without heartbeats both leases would lapse
-        async with AsyncClient(b.url, rival, ca_bundle=tls.ca) as other:
-            for ref in ("run/1", "mcp/1"):
-                with pytest.raises(InvariantViolation):
-                    await other.claim_unit(ref)
-        verified = await session.call_tool("verify", {"evidence_url": EVIDENCE})
-        assert not verified.is_error, verified
-        go.touch()
-        out, _ = await asyncio.wait_for(run.communicate(), 60)
-        assert run.returncode == 0, out.decode()
-        held = time.monotonic() - killed_at
-        units = [(await operator.get_unit(ref)).unit for ref in ("run/1", "mcp/1")]
+    try:
+        async with mcp.Client(params) as session, operator:
+            claimed = await session.call_tool("claim", {"unit": "mcp/1"})
+            assert not claimed.is_error, claimed
+            for _ in range(600):
+                if (await operator.get_unit("run/1")).unit.state == "in_progress":
+                    break
+                await asyncio.sleep(0.1)
+            a.kill(signal.SIGKILL)
+            killed_at = time.monotonic()
+            await asyncio.sleep(3 * LEASE)  # without heartbeats both leases would lapse
+            async with AsyncClient(b.url, rival, ca_bundle=tls.ca) as other:
+                for ref in ("run/1", "mcp/1"):
+                    with pytest.raises(InvariantViolation):
+                        await other.claim_unit(ref)
+            verified = await session.call_tool("verify", {"evidence_url": EVIDENCE})
+            assert not verified.is_error, verified
+            go.touch()
+            out, _ = await asyncio.wait_for(run.communicate(), 60)
+            assert run.returncode == 0, out.decode()
+            held = time.monotonic() - killed_at
+            units = [(await operator.get_unit(ref)).unit for ref in ("run/1", "mcp/1")]
+    finally:
+        if run.returncode is None:  # the test failed first: do not leave `run` behind
+            run.terminate()
+            await asyncio.wait_for(run.communicate(), 60)
     print(f"\nboth units held {held:.1f} s past the death of their replica (lease {LEASE} s)")
     assert [(u.state, u.attempt_count) for u in units] == [("verified", 1)] * 2
