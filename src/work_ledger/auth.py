@@ -25,7 +25,8 @@ from pathlib import Path
 
 import asyncpg
 
-from work_ledger.db.store import Store
+from work_ledger.db.queries import QUERIES
+from work_ledger.db.store import Store, translated_errors
 from work_ledger.errors import InvalidInput, Unauthorized
 
 CACHE_SECONDS = 5.0
@@ -107,8 +108,8 @@ class TokenStore:
     def digest(self, token: str) -> bytes:
         return hmac.new(self._secret, token.encode(), hashlib.sha256).digest()
 
-    async def create(self, role: Role | str, principal: str) -> tuple[str, TokenInfo]:
-        """Mint a token; the plain token is returned here and never again."""
+    def _new(self, role: Role | str, principal: str) -> tuple[str, tuple[str, bytes, str, str]]:
+        """A fresh token and the row that stores it (prefix, HMAC, role, principal)."""
         try:
             role = Role(role)
         except ValueError:
@@ -122,11 +123,23 @@ class TokenStore:
             )
         prefix = secrets.token_hex(4)
         token = f"wl_{prefix}_{secrets.token_urlsafe(32)}"
-        row = await self.store.fetchrow(
-            "insert_token", prefix, self.digest(token), role.value, principal
-        )
+        return token, (prefix, self.digest(token), role.value, principal)
+
+    async def create(self, role: Role | str, principal: str) -> tuple[str, TokenInfo]:
+        """Mint a token; the plain token is returned here and never again."""
+        token, row_values = self._new(role, principal)
+        row = await self.store.fetchrow("insert_token", *row_values)
         assert row is not None
         return token, TokenInfo.from_record(row)
+
+    async def create_first(self, role: Role | str, principal: str) -> tuple[str, TokenInfo] | None:
+        """Mint a token only if no live token exists, else None. Serialized in the database,
+        so of replicas started together on an empty ledger exactly one mints."""
+        token, row_values = self._new(role, principal)
+        async with translated_errors(), self.store.pool.acquire() as conn, conn.transaction():
+            await conn.execute(QUERIES["lock_first_token"])
+            row = await conn.fetchrow(QUERIES["insert_first_token"], *row_values)
+        return None if row is None else (token, TokenInfo.from_record(row))
 
     async def list(self) -> list[TokenInfo]:
         return [TokenInfo.from_record(r) for r in await self.store.fetch("list_tokens")]

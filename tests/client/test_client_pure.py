@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ import pytest
 import work_ledger.client
 from work_ledger.client import Unit, UnitDetail
 from work_ledger.client import _calls as calls
+from work_ledger.client._endpoints import Endpoints
 from work_ledger.client._work import lease_of
 from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
 from work_ledger.client.models import Claim
@@ -142,7 +143,7 @@ def test_client_imports_only_errors_from_the_package(module: Path) -> None:
 
 @dataclass
 class _Policy:
-    url: str = "http://ledger.test"
+    endpoints: Endpoints = field(default_factory=lambda: Endpoints("http://ledger.test"))
     timeout: float = 30.0
     retries: int = 2
     backoff: float = 0.2
@@ -153,7 +154,7 @@ def test_sending_builds_the_request_of_a_write() -> None:
     sending = calls.Sending(calls.claim_next("orders", None, 5, "k-1"), _Policy())
     assert sending.request == {
         "method": "POST",
-        "url": "/units/claim",
+        "url": "http://ledger.test/units/claim",
         "json": {"domain": "orders", "wait_seconds": 5},
         "params": {},
         "headers": {"Idempotency-Key": "k-1"},
@@ -164,7 +165,7 @@ def test_sending_builds_the_request_of_a_write() -> None:
 def test_sending_retries_503_until_the_last_try() -> None:
     """503 and an in-flight key are retried; the last try's answer is final whatever it is."""
     sending = calls.Sending(calls.get_unit("u/1"), _Policy(retries=1))
-    assert sending.request["url"] == "/units/u%2F1"
+    assert sending.request["url"] == "http://ledger.test/units/u%2F1"
     assert not sending.answered(503, b"")
     assert not sending.answered(409, b'{"code": "idempotency_key_in_flight"}')
     assert sending.answered(409, b'{"code": "attempt_superseded"}')

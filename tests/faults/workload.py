@@ -15,7 +15,7 @@ import itertools
 import random
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,6 +155,18 @@ class Workload:
     seen_attempts: list[str] = field(default_factory=list)
     deaths: int = 0
     doomed: set[str] = field(default_factory=set)  # agents that die on their first unit
+    # Each worker's transport by index (agents, then triage); None: httpx's default, to `url`.
+    transport: Callable[[int], httpx.AsyncBaseTransport] | None = None
+
+    def _http(self, token: str, index: int) -> httpx.AsyncClient:
+        """The HTTP client of the `index`th worker (its own transport, when one is given)."""
+        transport = None if self.transport is None else self.transport(index)
+        return httpx.AsyncClient(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=10,
+            transport=transport,
+        )
 
     async def run(self, seconds: float | None = None) -> Recorder:
         """Run every agent and triage; stop after `seconds` (or when `stop` is set)."""
@@ -222,9 +234,7 @@ class Workload:
     async def _agent(self, principal: str, token: str, index: int) -> None:
         rnd = random.Random(self.seed * 1000 + index)
         generation = 0
-        async with httpx.AsyncClient(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=10
-        ) as http:
+        async with self._http(token, index) as http:
             while not self.stop.is_set():
                 name = principal if generation == 0 else f"{principal}/g{generation}"
                 headers = {} if generation == 0 else {"X-WL-Agent": name}
@@ -338,9 +348,7 @@ class Workload:
 
     async def _triage(self) -> None:
         rnd = random.Random(self.seed)
-        async with httpx.AsyncClient(
-            base_url=self.url, headers={"Authorization": f"Bearer {self.triage}"}, timeout=10
-        ) as http:
+        async with self._http(self.triage, len(self.agents)) as http:
             while not self.stop.is_set():
                 page = await self.recorder.call(
                     http, "triage", "read", "GET", "/questions?status=open&wait_seconds=1"

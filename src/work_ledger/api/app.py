@@ -50,7 +50,10 @@ async def _guard_tokens(app: FastAPI, tokens: TokenStore, settings: Settings, ho
             "NAME` first, or serve on 127.0.0.1 once to mint the first operator token."
         )
     if app.state.bootstrap:
-        token, _ = await tokens.create(Role.OPERATOR, "operator")
+        minted = await tokens.create_first(Role.OPERATOR, "operator")
+        if minted is None:
+            return  # a replica started at the same time minted it
+        token, _ = minted
         path = settings.home / OPERATOR_TOKEN_FILE
         write_private(path, token)
         print(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import signal
+import ssl
+from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.table import Table
@@ -66,20 +69,86 @@ async def _refuse_public_without_tokens(host: str) -> None:
             raise typer.Exit(1)
 
 
+def _refuse(message: str) -> NoReturn:
+    err_console.print(message, highlight=False, markup=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def _tls_files(cert: Path | None, key: Path | None) -> tuple[str, str] | None:
+    """uvicorn's TLS options, once the pair is known to load (a bad file fails here,
+    named, rather than as a traceback from inside uvicorn)."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        _refuse(
+            "--tls-cert and --tls-key (WL_TLS_CERT, WL_TLS_KEY) go together: give the PEM "
+            "certificate chain and its private key, or neither"
+        )
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        _refuse(
+            f"cannot use the TLS certificate {cert} with the key {key} ({exc}); give a PEM "
+            "certificate chain and the private key that matches it"
+        )
+    return str(cert), str(key)
+
+
+def _check_plain_http(host: str, tls: bool, allow_plain_http: bool) -> None:
+    """A non-loopback bind without TLS would carry bearer tokens in clear: only on request."""
+    from work_ledger.api.app import is_loopback
+
+    if tls or is_loopback(host):
+        return
+    if not allow_plain_http:
+        _refuse(
+            f"refusing to serve plain HTTP on {host}: bearer tokens would cross the network "
+            "in clear. Give --tls-cert and --tls-key (WL_TLS_CERT, WL_TLS_KEY), or, behind a "
+            "TLS-terminating proxy on a network you trust, pass --allow-plain-http."
+        )
+    err_console.print(
+        f"WARNING: serving plain HTTP on {host} (--allow-plain-http): bearer tokens and ledger "
+        "data cross the network in clear, readable by anyone on the path. Only do this "
+        "behind a TLS-terminating proxy on a network you trust.",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+CertOption = typer.Option(
+    None, "--tls-cert", envvar="WL_TLS_CERT", help="PEM certificate chain: serve HTTPS."
+)
+KeyOption = typer.Option(
+    None, "--tls-key", envvar="WL_TLS_KEY", help="PEM private key of --tls-cert."
+)
+PlainOption = typer.Option(
+    False,
+    "--allow-plain-http",
+    help="Serve plain HTTP on a non-loopback address (behind a TLS-terminating proxy).",
+)
+
+
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
     port: int = typer.Option(DEFAULT_PORT, help="Port to listen on."),
+    tls_cert: Path | None = CertOption,
+    tls_key: Path | None = KeyOption,
+    allow_plain_http: bool = PlainOption,
 ) -> None:
-    """Apply migrations, then serve the HTTP API.
+    """Apply migrations, then serve the HTTP API (HTTPS with --tls-cert and --tls-key).
 
     With no API token yet, mints an operator token (saved 0600 to WL_HOME/operator.token,
-    whose path it prints, never the token), and refuses to bind a non-loopback address."""
+    whose path it prints, never the token), and refuses to bind a non-loopback address; a
+    non-loopback address also needs TLS, or --allow-plain-http behind a TLS-terminating proxy."""
     import uvicorn
 
     from work_ledger.api.app import create_app, is_loopback
     from work_ledger.api.middleware import configure_logging
 
+    tls = _tls_files(tls_cert, tls_key)
+    _check_plain_http(host, tls is not None, allow_plain_http)
     configure_logging()
     # uvicorn re-raises SIGTERM after its graceful shutdown; exiting through SystemExit
     # instead runs the atexit hooks, so the embedded PostgreSQL stops with us.
@@ -94,4 +163,6 @@ def serve(
         http="httptools",
         access_log=False,
         log_level="warning",
+        ssl_certfile=tls and tls[0],
+        ssl_keyfile=tls and tls[1],
     )

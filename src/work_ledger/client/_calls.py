@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import quote
 
+from work_ledger.client._endpoints import Endpoints
 from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
 from work_ledger.client.models import (
     Asked,
@@ -91,7 +92,7 @@ def headers(token: str | None, agent: str | None) -> dict[str, str]:
 class Policy(Protocol):
     """What `Sending` reads off a client (at each call, so a changed setting counts)."""
 
-    url: str
+    endpoints: Endpoints
     timeout: float
     retries: int
     backoff: float
@@ -102,27 +103,38 @@ class Sending(Generic[T]):
 
     The client loops: send `request`, then `answered(...)` says whether the answer is final
     (return `result(...)`), or `failed(exc)` raises on the last try; else sleep `delay()`.
+    A connection error or a 503 moves the call to the client's next base URL at once; once
+    every URL failed in a row, it backs off before the next round (`retries` rounds).
     """
 
     def __init__(self, call: Call[T], client: Policy) -> None:
         self.call, self.client = call, client
-        self.retry = 0
-        self.request: dict[str, Any] = {
+        self.tries = 0
+        self.retry = 0  # back-off rounds so far
+        self.moved = 0  # base URLs moved past since the last back-off
+        self.url = client.endpoints.current
+        self._failover = False
+
+    @property
+    def request(self) -> dict[str, Any]:
+        call = self.call
+        return {
             "method": call.method,
-            "url": call.path,
+            "url": self.url + call.path,
             "json": call.json if call.method != "GET" else None,
             "params": call.params,
             "headers": call.headers,
-            "timeout": client.timeout + call.wait_seconds,
+            "timeout": self.client.timeout + call.wait_seconds,
         }
 
-    @property
-    def last(self) -> bool:
-        return self.retry == self.client.retries
+    def _last(self, failover: bool) -> bool:
+        more_urls = failover and self.moved + 1 < len(self.client.endpoints)
+        return self.retry == self.client.retries and not more_urls
 
     def answered(self, status: int, body: bytes) -> bool:
         """Whether this answer is final: a retryable one is retried until the last try."""
-        return self.last or not retryable(status, body)
+        self._failover = status == 503
+        return not retryable(status, body) or self._last(self._failover)
 
     def result(self, status: int, body: bytes) -> T:
         """The parsed answer of a 2xx; the typed error the server raised otherwise."""
@@ -132,17 +144,27 @@ class Sending(Generic[T]):
 
     def failed(self, exc: Exception) -> None:
         """A connection error: raise `Unreachable` on the last try, else retry."""
-        if self.last:
+        self._failover = True
+        if self._last(failover=True):
             raise Unreachable(
-                f"cannot reach the work-ledger server at {self.client.url} ({exc!r}) after "
-                f"{self.retry + 1} tries; check that `work-ledger serve` runs there and that "
-                "WL_URL points at it"
+                f"cannot reach the work-ledger server at {self.client.endpoints} ({exc!r}) "
+                f"after {self.tries + 1} tries; check that `work-ledger serve` runs there and "
+                "that WL_URL points at it"
             ) from exc
 
     def delay(self) -> float:
-        """How long to wait before the next try (and count it)."""
+        """How long to wait before the next try (and count it): none when moving on to
+        another base URL, a back-off once every URL failed in a row."""
+        self.tries += 1
+        endpoints = self.client.endpoints
+        if self._failover and len(endpoints) > 1:
+            self.url = endpoints.failed(self.url)
+            self.moved += 1
+            if self.moved < len(endpoints):
+                return 0.0  # another replica may answer right away
         delay = backoff_delay(self.retry, self.client.backoff)
         self.retry += 1
+        self.moved = 0
         return delay
 
 

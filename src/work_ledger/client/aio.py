@@ -11,6 +11,7 @@ block releases the unit (outcome `failed`); a lost claim stops the heartbeats an
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 import httpx
 
 from work_ledger.client import _calls as calls
+from work_ledger.client._endpoints import Endpoints, refuse_token_in_clear, tls_verify
 from work_ledger.client.aio_work import AsyncWork
 from work_ledger.client.models import (
     Asked,
@@ -47,16 +49,25 @@ class AsyncClient:
         timeout: float = 30.0,
         retries: int = 4,
         backoff: float = 0.2,
+        ca_bundle: str | os.PathLike[str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.url = (url or calls.default_url()).rstrip("/")
+        self.endpoints = Endpoints(url or calls.default_url())
+        sent = calls.headers(token, agent)
+        if "Authorization" in sent:
+            refuse_token_in_clear(self.endpoints.urls, transport)
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self._http = httpx.AsyncClient(
-            base_url=self.url,
-            headers=calls.headers(token, agent),
+            headers=sent,
             timeout=timeout,
+            verify=tls_verify(ca_bundle),
             transport=transport,
         )
+
+    @property
+    def url(self) -> str:
+        """The base URL in use (the first of `url=` until one fails)."""
+        return self.endpoints.current
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -3,12 +3,14 @@
 The server renders every `WorkLedgerError` as RFC 9457 problem+json carrying its `code`
 (and a `type` URI ending in it); here the code maps back to the same class, so a Python
 caller catches exactly what the server raised, with `invariant`, `unit_id`, `state` and
-`allowed` filled in. Two classes exist only on the client side:
+`allowed` filled in. Three classes exist only on the client side:
 
+    InvalidInput
+    └── ClientMisconfigured  WL_URL, url=, WL_CA_BUNDLE or ca_bundle= cannot be used
     NotFound
     └── NothingToClaim   no unit is claimable right now (a claim that came back empty)
     Unavailable
-    └── Unreachable      the server could not be reached, even after retries
+    └── Unreachable      no server URL could be reached, even after retries
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ from work_ledger.errors import (
 class NothingToClaim(NotFound):
     code = "nothing_to_claim"
     title = "No claimable unit"
+
+
+class ClientMisconfigured(InvalidInput):
+    code = "client_misconfigured"
+    title = "Client misconfigured"
 
 
 class Unreachable(Unavailable):

@@ -12,6 +12,7 @@ by the next call on `work`, and at the end of the block.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 import httpx
 
 from work_ledger.client import _calls as calls
+from work_ledger.client._endpoints import Endpoints, refuse_token_in_clear, tls_verify
 from work_ledger.client.models import (
     Asked,
     Claim,
@@ -39,9 +41,12 @@ T = TypeVar("T")
 class Client:
     """A typed client of the work-ledger HTTP API (thread-safe).
 
-    `url` and `token` default to WL_URL and WL_TOKEN; `agent` names a sub-agent, so the
-    server records the acting agent as `principal/agent`. Writes carry an Idempotency-Key;
-    connection errors and 503 are retried with the same key, so a retry never acts twice.
+    `url` and `token` default to WL_URL and WL_TOKEN; `url` may list several replicas'
+    base URLs, comma-separated. `agent` names a sub-agent, so the server records the acting
+    agent as `principal/agent`. Writes carry an Idempotency-Key; connection errors and 503
+    are retried with the same key (on the next URL), so a retry never acts twice.
+    `ca_bundle` (default WL_CA_BUNDLE, then SSL_CERT_FILE) is the PEM file of CAs that
+    https:// servers are checked against.
     """
 
     def __init__(
@@ -53,16 +58,25 @@ class Client:
         timeout: float = 30.0,
         retries: int = 4,
         backoff: float = 0.2,
+        ca_bundle: str | os.PathLike[str] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.url = (url or calls.default_url()).rstrip("/")
+        self.endpoints = Endpoints(url or calls.default_url())
+        sent = calls.headers(token, agent)
+        if "Authorization" in sent:
+            refuse_token_in_clear(self.endpoints.urls, transport)
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self._http = httpx.Client(
-            base_url=self.url,
-            headers=calls.headers(token, agent),
+            headers=sent,
             timeout=timeout,
+            verify=tls_verify(ca_bundle),
             transport=transport,
         )
+
+    @property
+    def url(self) -> str:
+        """The base URL in use (the first of `url=` until one fails)."""
+        return self.endpoints.current
 
     def close(self) -> None:
         self._http.close()
