@@ -65,9 +65,7 @@ async def test_long_poll_holds_no_reservation_while_it_waits(
     """A parked keyed claim holds no key row and no transaction; its empty answer is kept."""
     agent = await api.as_role(Role.AGENT, "agent-1")
     key = {"Idempotency-Key": "wait-empty"}
-    waiting = asyncio.create_task(
-        agent.post("/units/claim", json={"wait_seconds": 2}, headers=key)
-    )
+    waiting = asyncio.create_task(agent.post("/units/claim", json={"wait_seconds": 2}, headers=key))
     notifier: Notifier = api.app.state.notifier
 
     async def parked() -> bool:
