@@ -54,7 +54,8 @@ async def test_kill9_under_load_keeps_every_acknowledged_write(
     orphans = await _orphaned_reservations(raw)
     print(
         f"\n{report.summary()}\nacknowledged after the kill: {len(after)}\n"
-        f"idempotency keys left reserved by the killed server (must be 0): {len(orphans)}\naudit: {out}"
+        f"idempotency keys left reserved by the killed server (must be 0): {len(orphans)}\n"
+        f"audit: {out}"
     )
     assert report.violations == []
     assert code == 0, out

@@ -1,0 +1,132 @@
+"""A database failover under load: SIGKILL of the primary, promotion of the standby.
+
+`run_failover` drives agents through `work-ledger serve` on a multi-host
+`WL_DATABASE_URL` (`target_session_attrs=read-write`), cuts off a keyed claim on the
+primary at the moment it dies, promotes the standby, retries that claim under its key,
+and holds every recorded request against the promoted server. The test
+(`test_failover.py`, synchronous standby) and `bench/failover.py` (both settings) run it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+
+import asyncpg
+import httpx
+from history import Report, check
+from pgcluster import Pair
+from served import StartServer, audit, client, mint
+from workload import Chaos, Op, Recorder, Workload
+
+from work_ledger.auth import Role
+from work_ledger.db.connect import connect
+
+AGENTS = 8
+UNITS = 400
+CUT_KEY = "cut-off-by-the-failover"
+WAITING_ON_A_LOCK = (
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'work-ledger' "
+    "AND wait_event_type = 'Lock'"
+)
+
+
+@dataclass
+class Failover:
+    report: Report
+    audit_code: int
+    audit_out: str
+    statuses: dict[int | None, int]
+    first_ack_after_promotion: float  # seconds from `pg_ctl promote` returning
+    slowest_request: float
+    cut_status: int  # the same-key retry of the claim cut off by the kill
+    cut_retry_seconds: float
+    acked_after: int
+
+    def summary(self) -> str:
+        return (
+            f"{self.report.summary()}\nstatuses: {dict(sorted(self.statuses.items(), key=str))}"
+            f"\nfirst 2xx {self.first_ack_after_promotion:.2f}s after the promotion; "
+            f"{self.acked_after} writes acknowledged after it; slowest request "
+            f"{self.slowest_request:.2f}s\nsame-key retry of the claim cut off by the kill: "
+            f"{self.cut_status} in {self.cut_retry_seconds:.2f}s\naudit: {self.audit_out}"
+        )
+
+
+def _claim(recorder: Recorder, http: httpx.AsyncClient, first: int | None = None) -> Awaitable[Op]:
+    """The cutter's keyed claim, recorded for the history checker like any agent's."""
+    return recorder.call(
+        http, "cutter", "claim", "POST", "/units/claim", body={}, key=CUT_KEY, first=first
+    )
+
+
+async def _cut_off_claim(
+    pair: Pair, database: str, http: httpx.AsyncClient, recorder: Recorder
+) -> Op:
+    """Send a keyed claim, hold it after it reserved its key, and kill the primary."""
+    holder = await connect(pair.primary.url(database))
+    await holder.execute("BEGIN; LOCK TABLE work_unit_attempts IN EXCLUSIVE MODE")
+    claim = asyncio.ensure_future(_claim(recorder, http))
+    deadline = time.monotonic() + 30
+    while await holder.fetchval(WAITING_ON_A_LOCK) == 0:
+        assert time.monotonic() < deadline, "the claim never reached the locked table"
+        await asyncio.sleep(0.02)
+    await asyncio.to_thread(pair.primary.kill)
+    answer = await claim
+    assert answer.status == 503, answer.response
+    holder.terminate()
+    return answer
+
+
+async def run_failover(
+    pair: Pair, database: str, start_server: StartServer, *, load_seconds: float = 3.0
+) -> Failover:
+    url = pair.multi_host_url(database)
+    server = await start_server(url)
+    names = [f"failover-agent-{i}" for i in range(AGENTS)]
+    operator, triage, cutter, *tokens = await mint(
+        pair.primary.url(database),
+        [(Role.OPERATOR, "op"), (Role.TRIAGE, "triage"), (Role.AGENT, "cutter")]
+        + [(Role.AGENT, n) for n in names],
+    )
+    async with client(server.url, operator, timeout=30) as op:
+        units = [{"external_ref": f"fo-{i}", "fleet": "f"} for i in range(UNITS)]
+        assert (await op.post("/units", json={"units": units})).status_code == 200
+    chaos = Chaos(client_timeout=0.0, die=0.0, refused=0.1, duplicate=0.1, block=0.1)
+    workload = Workload(server.url, dict(zip(names, tokens, strict=True)), triage, chaos=chaos)
+    load = asyncio.create_task(workload.run())
+    await asyncio.sleep(load_seconds)
+
+    async with client(server.url, cutter, timeout=30) as http:
+        cut = await _cut_off_claim(pair, database, http, workload.recorder)
+        await asyncio.to_thread(pair.standby.promote)
+        promoted_at = time.monotonic()
+        retry = await _claim(workload.recorder, http, first=cut.n)
+    await asyncio.sleep(load_seconds)
+    workload.stop.set()
+    await load
+
+    ops = workload.recorder.ops
+    after = [o for o in ops if o.acked and o.kind != "read" and o.ended > promoted_at]
+    statuses: dict[int | None, int] = {}
+    for o in ops:
+        statuses[o.status] = statuses.get(o.status, 0) + 1
+    conn: asyncpg.Connection = await connect(pair.standby.url(database))
+    try:
+        report = await check(conn, workload.recorder)
+    finally:
+        await conn.close()
+    code, out = await audit(server.env)
+    return Failover(
+        report=report,
+        audit_code=code,
+        audit_out=out.strip(),
+        statuses=statuses,
+        first_ack_after_promotion=min((o.ended for o in after), default=float("inf")) - promoted_at,
+        slowest_request=max(o.seconds for o in ops),
+        cut_status=retry.status or 0,
+        cut_retry_seconds=retry.seconds,
+        acked_after=len(after),
+    )
