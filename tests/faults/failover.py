@@ -1,8 +1,9 @@
 """A database failover under load: SIGKILL of the primary, promotion of the standby.
 
 `run_failover` drives agents through `work-ledger serve` on a multi-host
-`WL_DATABASE_URL` (`target_session_attrs=read-write`), cuts off a keyed claim on the
-primary at the moment it dies, promotes the standby, retries that claim under its key,
+`WL_DATABASE_URL` (`target_session_attrs=read-write`), holds a keyed claim on the primary
+after it reserved its key, lets the standby fall behind (its WAL receiver stopped, as on a
+slow link), kills the primary, promotes the standby, retries that claim under its key,
 and holds every recorded request against the promoted server. The test
 (`test_failover.py`, synchronous standby) and `bench/failover.py` (both settings) run it.
 """
@@ -10,6 +11,7 @@ and holds every recorded request against the promoted server. The test
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -63,9 +65,10 @@ def _claim(recorder: Recorder, http: httpx.AsyncClient, first: int | None = None
 
 
 async def _cut_off_claim(
-    pair: Pair, database: str, http: httpx.AsyncClient, recorder: Recorder
+    pair: Pair, database: str, http: httpx.AsyncClient, recorder: Recorder, lag: float
 ) -> Op:
-    """Send a keyed claim, hold it after it reserved its key, and kill the primary."""
+    """Send a keyed claim, hold it after it reserved its key, let the standby fall behind
+    for `lag` seconds, and kill the primary."""
     holder = await connect(pair.primary.url(database))
     await holder.execute("BEGIN; LOCK TABLE work_unit_attempts IN EXCLUSIVE MODE")
     claim = asyncio.ensure_future(_claim(recorder, http))
@@ -73,15 +76,32 @@ async def _cut_off_claim(
     while await holder.fetchval(WAITING_ON_A_LOCK) == 0:
         assert time.monotonic() < deadline, "the claim never reached the locked table"
         await asyncio.sleep(0.02)
-    await asyncio.to_thread(pair.primary.kill)
+    await _standby_behind(pair, lag)
     answer = await claim
     assert answer.status == 503, answer.response
     holder.terminate()
     return answer
 
 
+async def _standby_behind(pair: Pair, seconds: float) -> None:
+    """Stop the standby's WAL receiver for `seconds` (a slow link): a synchronous primary
+    acknowledges nothing meanwhile, an asynchronous one goes on acknowledging."""
+    receiver = pair.standby.walreceiver()
+    receiver.send_signal(signal.SIGSTOP)
+    try:
+        await asyncio.sleep(seconds)
+        await asyncio.to_thread(pair.primary.kill)
+    finally:
+        receiver.send_signal(signal.SIGCONT)
+
+
 async def run_failover(
-    pair: Pair, database: str, start_server: StartServer, *, load_seconds: float = 3.0
+    pair: Pair,
+    database: str,
+    start_server: StartServer,
+    *,
+    load_seconds: float = 3.0,
+    lag_seconds: float = 0.5,
 ) -> Failover:
     url = pair.multi_host_url(database)
     server = await start_server(url)
@@ -100,7 +120,7 @@ async def run_failover(
     await asyncio.sleep(load_seconds)
 
     async with client(server.url, cutter, timeout=30) as http:
-        cut = await _cut_off_claim(pair, database, http, workload.recorder)
+        cut = await _cut_off_claim(pair, database, http, workload.recorder, lag_seconds)
         await asyncio.to_thread(pair.standby.promote)
         promoted_at = time.monotonic()
         retry = await _claim(workload.recorder, http, first=cut.n)

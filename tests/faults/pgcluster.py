@@ -81,6 +81,14 @@ class Node:
         with contextlib.suppress(psutil.NoSuchProcess):
             main.wait(30)
 
+    def walreceiver(self) -> psutil.Process:
+        """A standby's process that receives the primary's WAL."""
+        pid = int((self.pgdata / "postmaster.pid").read_text().split()[0])
+        for child in psutil.Process(pid).children():
+            if "walreceiver" in " ".join(child.cmdline()):
+                return child
+        raise AssertionError("the standby has no walreceiver")
+
     def promote(self) -> None:
         _pg("pg_ctl", "-D", str(self.pgdata), "-w", "promote")
 
