@@ -25,14 +25,13 @@ from workload import Chaos, Op, Recorder, Workload
 
 from work_ledger.auth import Role
 from work_ledger.db.connect import connect
+from work_ledger.db.queries import QUERIES
 
 AGENTS = 8
 UNITS = 400
 CUT_KEY = "cut-off-by-the-failover"
-WAITING_ON_A_LOCK = (
-    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'work-ledger' "
-    "AND wait_event_type = 'Lock'"
-)
+DECOY = "fo-decoy"
+BLOCKED_BY = "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))"
 
 
 @dataclass
@@ -64,17 +63,27 @@ def _claim(recorder: Recorder, http: httpx.AsyncClient, first: int | None = None
     )
 
 
+async def _hold_decoy(pair: Pair, database: str) -> asyncpg.Connection:
+    """An uncommitted claim of the DECOY unit for the cutter: the agents' claims skip the
+    locked row, and the cutter's own claim, once it has reserved its key and claims a
+    unit, waits on the agent's one-live-claim index entry; nothing else waits."""
+    holder: asyncpg.Connection = await connect(pair.primary.url(database))
+    await holder.execute("BEGIN")
+    decoy = await holder.fetchval("SELECT id FROM work_units WHERE external_ref = $1", DECOY)
+    await holder.fetchrow(QUERIES["claim_unit"], "cutter", None, 3600, decoy)
+    return holder
+
+
 async def _cut_off_claim(
-    pair: Pair, database: str, http: httpx.AsyncClient, recorder: Recorder, lag: float
+    holder: asyncpg.Connection, pair: Pair, http: httpx.AsyncClient, recorder: Recorder, lag: float
 ) -> Op:
-    """Send a keyed claim, hold it after it reserved its key, let the standby fall behind
-    for `lag` seconds, and kill the primary."""
-    holder = await connect(pair.primary.url(database))
-    await holder.execute("BEGIN; LOCK TABLE work_unit_attempts IN EXCLUSIVE MODE")
+    """Send the keyed claim, wait until it waits on the holder, let the standby fall
+    behind for `lag` seconds while the agents write on, and kill the primary."""
     claim = asyncio.ensure_future(_claim(recorder, http))
+    me = await holder.fetchval("SELECT pg_backend_pid()")
     deadline = time.monotonic() + 30
-    while await holder.fetchval(WAITING_ON_A_LOCK) == 0:
-        assert time.monotonic() < deadline, "the claim never reached the locked table"
+    while await holder.fetchval(BLOCKED_BY, me) == 0:
+        assert time.monotonic() < deadline, "the claim never came to wait on the holder"
         await asyncio.sleep(0.02)
     await _standby_behind(pair, lag)
     answer = await claim
@@ -84,8 +93,8 @@ async def _cut_off_claim(
 
 
 async def _standby_behind(pair: Pair, seconds: float) -> None:
-    """Stop the standby's WAL receiver for `seconds` (a slow link): a synchronous primary
-    acknowledges nothing meanwhile, an asynchronous one goes on acknowledging."""
+    """Stop the standby's WAL receiver for `seconds` (a slow link), then kill the primary:
+    a synchronous primary acknowledges nothing meanwhile, an asynchronous one goes on."""
     receiver = pair.standby.walreceiver()
     receiver.send_signal(signal.SIGSTOP)
     try:
@@ -113,14 +122,16 @@ async def run_failover(
     )
     async with client(server.url, operator, timeout=30) as op:
         units = [{"external_ref": f"fo-{i}", "fleet": "f"} for i in range(UNITS)]
+        units.insert(0, {"external_ref": DECOY, "fleet": "f"})
         assert (await op.post("/units", json={"units": units})).status_code == 200
+    holder = await _hold_decoy(pair, database)
     chaos = Chaos(client_timeout=0.0, die=0.0, refused=0.1, duplicate=0.1, block=0.1)
     workload = Workload(server.url, dict(zip(names, tokens, strict=True)), triage, chaos=chaos)
     load = asyncio.create_task(workload.run())
     await asyncio.sleep(load_seconds)
 
     async with client(server.url, cutter, timeout=30) as http:
-        cut = await _cut_off_claim(pair, database, http, workload.recorder, lag_seconds)
+        cut = await _cut_off_claim(holder, pair, http, workload.recorder, lag_seconds)
         await asyncio.to_thread(pair.standby.promote)
         promoted_at = time.monotonic()
         retry = await _claim(workload.recorder, http, first=cut.n)
