@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import os
 import shutil
@@ -122,6 +123,7 @@ async def serve_and_backup(home: Path, url: str, agents: int, dest: Path) -> dic
 async def main(args: Any) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="wl-bench-backup-"))
     source, target = scratch / "source", scratch / "target"
+    atexit.register(shutil.rmtree, scratch, True)  # after the server's own exit hook
     try:
         # Deleted when this process exits (after serve, the last other user, has).
         admin = await asyncio.to_thread(embedded_server_url, source, delete_on_exit=True)

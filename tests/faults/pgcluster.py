@@ -81,13 +81,13 @@ class Node:
         with contextlib.suppress(psutil.NoSuchProcess):
             main.wait(30)
 
-    def walreceiver(self) -> psutil.Process:
-        """A standby's process that receives the primary's WAL."""
+    def walsender(self) -> psutil.Process:
+        """A primary's process that streams its WAL to the standby."""
         pid = int((self.pgdata / "postmaster.pid").read_text().split()[0])
         for child in psutil.Process(pid).children():
-            if "walreceiver" in " ".join(child.cmdline()):
+            if "walsender" in " ".join(child.cmdline()):
                 return child
-        raise AssertionError("the standby has no walreceiver")
+        raise AssertionError("the primary has no walsender")
 
     def promote(self) -> None:
         _pg("pg_ctl", "-D", str(self.pgdata), "-w", "promote")

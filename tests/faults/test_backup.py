@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import dataclasses
 import hashlib
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -77,6 +79,9 @@ async def test_backup_under_load_restores_into_a_new_home_with_every_earlier_wri
 
     # Not under pytest's folders, which PostgreSQL's own user may not enter (as in conftest).
     home = Path(tempfile.mkdtemp(prefix="wl-restored-"))
+    # Attaching below makes this process stop that server and delete its data at exit;
+    # the folder goes after it (exit hooks run last-registered first).
+    atexit.register(shutil.rmtree, home, True)
     restored_env = ledger_env("", home)
     del restored_env["WL_DATABASE_URL"]  # the embedded default, in a new WL_HOME
     code, out = await cli(restored_env, "restore", str(tmp_path / "ledger.dump"))
