@@ -21,6 +21,8 @@ from workload import Chaos, Recorder, Workload
 from work_ledger.auth import Role
 from work_ledger.db.connect import DATABASE_NAME, connect, with_database
 from work_ledger.db.embedded import embedded_server_url
+from work_ledger.domain import Actor, Disposition, NewUnit
+from work_ledger.service import Ledger
 
 pytestmark = pytest.mark.faults
 TABLES = {
@@ -104,34 +106,50 @@ async def test_backup_under_load_restores_into_a_new_home_with_every_earlier_wri
     assert report.violations == []
 
 
+async def _worked(ledger: Ledger) -> None:
+    """Units in several states: claimed, costed, blocked on a question, verified, done."""
+    operator = Actor("op", privileged=True)
+    await ledger.register([NewUnit(f"x-{i}", "f", "d") for i in range(5)], operator)
+    for i in range(3):
+        agent = Actor(f"agent-{i}", privileged=False)
+        claim = await ledger.claim(agent.name)
+        assert claim.unit is not None
+        assert claim.attempt is not None
+        ref = claim.unit.external_ref
+        await ledger.start(ref, agent)
+        await ledger.record_cost(claim.attempt.id, 100 + i, agent)
+        if i == 0:
+            await ledger.block(ref, agent, "which schema?")
+        else:
+            await ledger.verify(ref, agent, f"https://ci.example/{i}")
+    await ledger.dispose("x-1", Disposition.MIGRATED, operator)
+
+
 async def test_export_is_readable_without_the_ledger(
-    start_server: StartServer, raw: asyncpg.Connection, tmp_path: Path
+    ledger: Ledger, database_url: str, raw: asyncpg.Connection, tmp_path: Path
 ) -> None:
     """`export`: four JSON Lines files whose counts and SHA-256 match the manifest and the
     tables, read back with nothing but json and hashlib; an existing DEST is refused."""
-    workload, env = await _loaded(start_server, agents=4)
-    await workload.run(seconds=1.5)
+    await _worked(ledger)
+    env = ledger_env(database_url, tmp_path)
     dest = tmp_path / "export"
     code, out = await cli(env, "export", str(dest))
     assert code == 0, out
     manifest = json.loads((dest / "manifest.json").read_text())
     assert (manifest["format"], manifest["version"]) == ("work-ledger-export", 1)
+    read: dict[str, list[dict[str, object]]] = {}
     for name, table in TABLES.items():
         data = (dest / name).read_bytes()
-        rows = [json.loads(line) for line in data.splitlines()]
+        read[name] = [json.loads(line) for line in data.splitlines()]
         entry = manifest["files"][name]
-        assert (entry["rows"], entry["bytes"]) == (len(rows), len(data))
+        assert (entry["rows"], entry["bytes"]) == (len(read[name]), len(data))
         assert entry["sha256"] == hashlib.sha256(data).hexdigest()
-        assert len(rows) == await raw.fetchval(f"SELECT count(*) FROM {table}")
-    units = [json.loads(line) for line in (dest / "units.jsonl").read_text().splitlines()]
-    cost = await raw.fetchval("SELECT sum(cost_cents) FROM work_units")
-    assert sum(u["cost_cents"] for u in units) == cost
-    assert {
-        e["event_type"] for e in map(json.loads, (dest / "events.jsonl").read_text().splitlines())
-    } >= {
-        "registered",
-        "claimed",
-    }
+        assert len(read[name]) == await raw.fetchval(f"SELECT count(*) FROM {table}")
+    assert sum(u["cost_cents"] for u in read["units.jsonl"]) == 100 + 101 + 102
+    done = [u for u in read["units.jsonl"] if u["external_ref"] == "x-1"]
+    assert (done[0]["state"], done[0]["disposition"]) == ("done", "MIGRATED")
+    assert [q["question"] for q in read["questions.jsonl"]] == ["which schema?"]
+    assert {e["event_type"] for e in read["events.jsonl"]} >= {"registered", "claimed", "disposed"}
     code, refused = await cli(env, "export", str(dest))
     assert code == 1
     assert "already exists" in " ".join(refused.split()), refused
