@@ -88,7 +88,7 @@ async def test_failover_to_a_synchronous_standby_loses_nothing(
 ) -> None:
     """SIGKILL of the primary under load, promotion: every 2xx on the promoted server once,
     no 500, audit clean, and the claim cut off by the kill retried under its key at once."""
-    result = await run_failover(pair, DATABASE, start_server)
+    result = await run_failover(pair, DATABASE, start_server, load_seconds=2.0)
     print(f"\nsynchronous standby failover:\n{result.summary()}")
     assert result.report.violations == []
     assert result.audit_code == 0, result.audit_out
