@@ -10,14 +10,15 @@ corrected retry.
 
 No reservation is ever guessed dead by a timer. Every keyed write, claims included,
 holds its reservation as an uncommitted row in the transaction that runs the write and
-stores the outcome (`atomic=True`): a duplicate blocks on that row and is freed the
+stores the outcome: a duplicate blocks on that row and is freed the
 moment the transaction ends, by a commit (it then replays the outcome) or by its
 connection dying (a killed server, a database failover: PostgreSQL rolls it back, and the
 retry runs as if for the first time). A long-poll claim holds no transaction while it
 waits: each look for a unit reserves the key in a transaction of its own. Only projection
-batches reserve apart (each event is a transaction of its own); re-running one has no
-second effect (an event is applied once, by its key), so an unfinished projection
-reservation is taken over at once. Records expire after a day.
+batches reserve apart (each event is a transaction of its own). Re-running a projection
+batch (an event is applied once, by its key) or a claim (it returns the unit already
+held) has no second effect, so an unfinished reservation of theirs is taken over at once;
+for any other write it means the outcome is unknown. Records expire after a day.
 """
 
 from __future__ import annotations
@@ -81,14 +82,16 @@ class IdempotencyStore:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    async def reserve(self, scope: str, key: str, digest: bytes, *, atomic: bool) -> Reservation:
+    async def reserve(
+        self, scope: str, key: str, digest: bytes, *, rerunnable: bool
+    ) -> Reservation:
         """Own the key, or get the outcome stored under it.
 
-        `atomic`: this reservation commits with its outcome in one transaction, so one
-        found unfinished was orphaned by a server older than this rule, and is never taken
-        over (its outcome is unknown). Otherwise (a re-runnable write) an unfinished
-        reservation is taken over at once."""
-        takeover = NEVER if atomic else 0.0
+        A reservation found unfinished (committed without an outcome) was left by a server
+        older than the one-transaction rule, or is a projection batch in flight. A
+        `rerunnable` write (a claim, a projection batch: running it again has no second
+        effect) takes it over at once; any other write's outcome is unknown, never re-run."""
+        takeover = 0.0 if rerunnable else NEVER
         for _ in range(TAKEOVER_TRIES):
             # An uncommitted duplicate makes this statement wait until its transaction ends.
             row = await self.store.fetchrow(
@@ -106,7 +109,7 @@ class IdempotencyStore:
                 )
             if row["status_code"] is not None:
                 return Reservation(False, _outcome(row))
-            if atomic:
+            if not rerunnable:
                 raise _outcome_unknown(key)
             await asyncio.sleep(0.01)
         raise InvariantViolation(

@@ -192,8 +192,11 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 # A long-poll claim looks for a unit in one keyed transaction per look (api/keyed.py).
 # Every other write (a claim that does not wait included) reserves its key, runs and
 # stores its outcome in one transaction: all three commit, or none.
-RERUNNABLE_PATHS = frozenset({"/projection/events"})
+# Re-running a claim returns the unit already held: an unfinished reservation of one (left
+# by an older server) is taken over, not refused.
+APART_PATHS = frozenset({"/projection/events"})
 LONG_POLL_PATHS = frozenset({"/units/claim"})
+CLAIM_PATHS = frozenset({"/units/claim", "/units/{unit:path}/claim"})
 
 
 class IdempotentRoute(APIRoute):
@@ -203,19 +206,18 @@ class IdempotentRoute(APIRoute):
         handler = super().get_route_handler()
         if "POST" not in (self.methods or ()):
             return handler
-        rerunnable, long_poll = self.path in RERUNNABLE_PATHS, self.path in LONG_POLL_PATHS
+        apart, long_poll = self.path in APART_PATHS, self.path in LONG_POLL_PATHS
+        claim = self.path in CLAIM_PATHS
 
         async def idempotent(request: Request) -> Response:
             key = request.headers.get("idempotency-key")
             if key is None:
                 return await handler(request)
-            if rerunnable:
-                run = _run_rerunnable
-            elif long_poll and _wait_seconds(await request.body()) > 0:
-                run = _run_looks
-            else:
-                run = _run_atomic
-            return await run(request, check_key(key), handler)
+            if apart:
+                return await _run_apart(request, check_key(key), handler)
+            if long_poll and _wait_seconds(await request.body()) > 0:
+                return await _run_looks(request, check_key(key), handler)
+            return await _run_atomic(request, check_key(key), handler, rerunnable=claim)
 
         return idempotent
 
@@ -235,7 +237,9 @@ class _RollBack(Exception):
         self.response = response
 
 
-async def _run_atomic(request: Request, key: str, handler: Handler) -> Response:
+async def _run_atomic(
+    request: Request, key: str, handler: Handler, *, rerunnable: bool
+) -> Response:
     """Reserve, write and store the outcome in one transaction on one connection.
 
     A concurrent duplicate's reservation waits on ours and then finds our outcome; a
@@ -246,7 +250,7 @@ async def _run_atomic(request: Request, key: str, handler: Handler) -> Response:
     try:
         async with translated_errors(), base.store.pool.acquire() as conn, conn.transaction():
             keys = keys_on(conn)
-            reservation = await keys.reserve(scope, key, digest, atomic=True)
+            reservation = await keys.reserve(scope, key, digest, rerunnable=rerunnable)
             if reservation.outcome is not None:
                 raise _RollBack(replay(reservation.outcome))
             request.state.ledger = bound_ledger(base, conn)
@@ -272,11 +276,11 @@ async def _run_looks(request: Request, key: str, handler: Handler) -> Response:
         await looks.close()
 
 
-async def _run_rerunnable(request: Request, key: str, handler: Handler) -> Response:
+async def _run_apart(request: Request, key: str, handler: Handler) -> Response:
     """Reserve the key, run the request, then store its outcome (projection batches)."""
     scope, _, digest = await _keyed(request)
     store: IdempotencyStore = request.app.state.idempotency
-    reservation = await store.reserve(scope, key, digest, atomic=False)
+    reservation = await store.reserve(scope, key, digest, rerunnable=True)
     if reservation.outcome is not None:
         return replay(reservation.outcome)
     try:

@@ -128,7 +128,7 @@ class ClaimLooks:
             try:
                 await tx.start()
                 reservation = await keys_on(conn).reserve(
-                    self.scope, self.key, self.digest, atomic=True
+                    self.scope, self.key, self.digest, rerunnable=True
                 )
                 if reservation.outcome is not None:
                     raise Replayed(reservation.outcome)
@@ -158,7 +158,7 @@ class ClaimLooks:
                     return response
                 async with self.base.store.pool.acquire() as conn, conn.transaction():
                     keys = keys_on(conn)
-                    earlier = await keys.reserve(self.scope, self.key, self.digest, atomic=True)
+                    earlier = await keys.reserve(self.scope, self.key, self.digest, rerunnable=True)
                     if earlier.outcome is not None:
                         return replay(earlier.outcome)
                     await keys.complete(self.scope, self.key, stored(response))
