@@ -27,6 +27,8 @@ class Settings:
     token: str | None
     secret: str | None
     pool_size: int = DEFAULT_POOL_SIZE
+    # A hot standby for the read side (report, /metrics' views); None: the primary.
+    read_database_url: str | None = None
 
 
 def _int(name: str, default: int) -> int:
@@ -66,4 +68,5 @@ def load_settings() -> Settings:
         token=os.environ.get("WL_TOKEN") or None,
         secret=os.environ.get("WL_SECRET") or None,
         pool_size=_positive("WL_POOL_SIZE", DEFAULT_POOL_SIZE),
+        read_database_url=os.environ.get("WL_READ_DATABASE_URL") or None,
     )

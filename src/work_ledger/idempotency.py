@@ -8,12 +8,17 @@ replay returns it unchanged and a different request under the same key is refuse
 other outcome (bad input, auth, server error) ran nothing and frees the key for a
 corrected retry.
 
-The API runs most writes with the reservation, the write and the outcome in one
-transaction (`runs_for=None`): a crash loses all three, and an unfinished reservation is
-an orphan, never re-run. Claims reserve apart (a long-poll holds no transaction); their
-reservation is taken over once it is `TAKEOVER_SECONDS` older than the claim could run,
-which is safe because a re-run claim returns the unit already held. Records expire after
-a day.
+No reservation is ever guessed dead by a timer. Every keyed write, claims included,
+holds its reservation as an uncommitted row in the transaction that runs the write and
+stores the outcome: a duplicate blocks on that row and is freed the
+moment the transaction ends, by a commit (it then replays the outcome) or by its
+connection dying (a killed server, a database failover: PostgreSQL rolls it back, and the
+retry runs as if for the first time). A long-poll claim holds no transaction while it
+waits: each look for a unit reserves the key in a transaction of its own. Only projection
+batches reserve apart (each event is a transaction of its own). Re-running a projection
+batch (an event is applied once, by its key) or a claim (it returns the unit already
+held) has no second effect, so an unfinished reservation of theirs is taken over at once;
+for any other write it means the outcome is unknown. Records expire after a day.
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ import asyncpg
 from work_ledger.db.store import Store
 from work_ledger.errors import IdempotencyKeyReused, InvalidInput, InvariantViolation
 
-TAKEOVER_SECONDS = 30.0
 EXPIRE_SECONDS = 86400
-IN_FLIGHT_WAIT_SECONDS = 5.0
 NEVER = 10.0 * 365 * 86400  # seconds: an atomic reservation is never taken over
+# A re-runnable reservation found unfinished is taken over once its first statement has
+# committed; a few tries cover a concurrent duplicate whose snapshot is newer than ours.
+TAKEOVER_TRIES = 5
 MAX_KEY_LENGTH = 255
 
 
@@ -77,44 +83,40 @@ class IdempotencyStore:
         self.store = store
 
     async def reserve(
-        self, scope: str, key: str, digest: bytes, *, runs_for: float | None = 0.0
+        self, scope: str, key: str, digest: bytes, *, rerunnable: bool
     ) -> Reservation:
-        """Own the key, or get the outcome stored under it (waiting while it is in flight).
+        """Own the key, or get the outcome stored under it.
 
-        `runs_for` is how long the request may legitimately run (a long-poll's wait): a
-        reservation older than that plus TAKEOVER_SECONDS belongs to a process that died,
-        and is taken over. None: the reservation commits with its outcome in one
-        transaction, so an unfinished one seen here was orphaned and is never taken over."""
-        takeover = NEVER if runs_for is None else TAKEOVER_SECONDS + runs_for
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(takeover, TAKEOVER_SECONDS + 60) + IN_FLIGHT_WAIT_SECONDS
-        pause = 0.02
-        while True:
-            # Each look may also take over a dead reservation, or one released meanwhile.
+        A reservation found unfinished (committed without an outcome) was left by a server
+        older than the one-transaction rule, or is a projection batch in flight. A
+        `rerunnable` write (a claim, a projection batch: running it again has no second
+        effect) takes it over at once; any other write's outcome is unknown, never re-run."""
+        takeover = 0.0 if rerunnable else NEVER
+        for _ in range(TAKEOVER_TRIES):
+            # An uncommitted duplicate makes this statement wait until its transaction ends.
             row = await self.store.fetchrow(
                 "idempotency_reserve", scope, key, digest, takeover
             ) or await self.store.fetchrow("idempotency_lookup", scope, key)
-            if row is not None:
-                if row["reserved"]:
-                    return Reservation(True, None)
-                if bytes(row["request_hash"]) != digest:
-                    raise IdempotencyKeyReused(
-                        f"Idempotency-Key {key!r} was already used by you for a different "
-                        "request; use a new key for a new write, and the same key only to "
-                        "retry the very same request"
-                    )
-                if row["status_code"] is not None:
-                    return Reservation(False, _outcome(row))
-                if runs_for is None:
-                    raise _outcome_unknown(key)
-            if loop.time() > deadline:
-                raise InvariantViolation(
-                    f"a request with Idempotency-Key {key!r} is still running; retry the same "
-                    "request with the same key in a few seconds",
-                    invariant="idempotency_key_in_flight",
+            if row is None:
+                continue  # the other holder rolled back between our two statements
+            if row["reserved"]:
+                return Reservation(True, None)
+            if bytes(row["request_hash"]) != digest:
+                raise IdempotencyKeyReused(
+                    f"Idempotency-Key {key!r} was already used by you for a different "
+                    "request; use a new key for a new write, and the same key only to "
+                    "retry the very same request"
                 )
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 0.5)
+            if row["status_code"] is not None:
+                return Reservation(False, _outcome(row))
+            if not rerunnable:
+                raise _outcome_unknown(key)
+            await asyncio.sleep(0.01)
+        raise InvariantViolation(
+            f"a request with Idempotency-Key {key!r} is still running; retry the same "
+            "request with the same key in a second",
+            invariant="idempotency_key_in_flight",
+        )
 
     async def complete(self, scope: str, key: str, outcome: Outcome) -> None:
         await self.store.fetchrow(

@@ -174,10 +174,12 @@ async def test_refusal_after_a_failed_statement_works_under_a_key(
     assert (again.headers["Idempotent-Replayed"], again.content) == ("true", first.content)
 
 
-async def test_orphaned_reservation_is_not_run_twice(
+async def test_unfinished_reservation_written_by_hand_is_refused_not_rerun(
     api: Api, operator: httpx.AsyncClient, raw: asyncpg.Connection
 ) -> None:
-    """A cost whose outcome was never recorded is not charged again: 409 outcome unknown."""
+    """A key left reserved with no outcome (written here by hand; no crash leaves it, as a
+    keyed write commits its key and outcome together) is a 409 outcome unknown, never a
+    second charge. Real crashes: tests/faults/test_crash.py."""
     await register(operator, "a")
     agent = await api.as_role(Role.AGENT, "agent-1")
     _, attempt = await claimed(agent)

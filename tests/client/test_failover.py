@@ -96,7 +96,9 @@ def test_cli_names_every_url_it_could_not_reach() -> None:
 
 def test_cli_refuses_a_malformed_url_list() -> None:
     """A malformed item is a clear refusal (exit 1) naming it, not an httpx traceback."""
-    result = CliRunner().invoke(app, ["show", "u/1"], env={"WL_URL": "http://a:1,ledger-b:4001"})
+    result = CliRunner().invoke(
+        app, ["show", "u/1"], env={"WL_URL": "http://a:1,ledger-b:4001", "WL_TOKEN": "wl_unused"}
+    )
     assert result.exit_code == 1, result.output
     assert "client_misconfigured" in result.output
     assert "ledger-b:4001" in result.output

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections import Counter
-from pathlib import Path
+from collections.abc import Awaitable
 
 import asyncpg
 import httpx
 import pytest
 from history import check
-from served import SECRET, StartServer, audit, cli_token, client, mint
+from served import Served, StartServer, audit, cli_token, client, mint
 from workload import Chaos, Workload
 
-from work_ledger.api.app import create_app
 from work_ledger.auth import Role
-from work_ledger.config import Settings
 
 pytestmark = pytest.mark.faults
 AGENTS = 10
@@ -55,10 +54,12 @@ async def test_kill9_under_load_keeps_every_acknowledged_write(
     orphans = await _orphaned_reservations(raw)
     print(
         f"\n{report.summary()}\nacknowledged after the kill: {len(after)}\n"
-        f"idempotency keys left reserved by the killed server: {len(orphans)}\naudit: {out}"
+        f"idempotency keys left reserved by the killed server (must be 0): {len(orphans)}\n"
+        f"audit: {out}"
     )
     assert report.violations == []
     assert code == 0, out
+    assert orphans == []  # a key commits with its write and outcome, or not at all
     assert report.in_doubt > 0  # the kill cut some writes off mid-flight
     assert after  # and the agents carried on against the restarted server
 
@@ -85,33 +86,74 @@ async def _orphaned_reservations(raw: asyncpg.Connection) -> list[str]:
     return [r["key"] for r in rows]
 
 
-async def test_idempotency_takeover_after_a_crash_does_not_run_the_write_twice(
-    database_url: str, raw: asyncpg.Connection, tmp_path: Path
+WAITING_ON_A_LOCK = (
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'work-ledger' "
+    "AND wait_event_type = 'Lock'"
+)
+RETRY_BOUND_SECONDS = 10.0  # expected well under a second; the old takeover took 30 s
+
+
+async def _killed_mid_write(
+    server: Served, raw: asyncpg.Connection, table: str, send: Awaitable[httpx.Response]
 ) -> None:
-    """A cost whose server died before storing its outcome is not charged again on retry."""
-    settings = Settings(database_url, tmp_path, 60, 300, (), "", None, SECRET)
-    app = create_app(settings, max_connections=4)
-    [operator, agent] = await mint(database_url, [(Role.OPERATOR, "op"), (Role.AGENT, "a")])
-    transport = httpx.ASGITransport(app=app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://wl") as http,
-    ):
-        op, me = {"Authorization": f"Bearer {operator}"}, {"Authorization": f"Bearer {agent}"}
+    """SIGKILL `server` while the write `send` holds its key: `table` is locked, so the
+    write stops after reserving its key and before its answer."""
+    async with raw.transaction():
+        await raw.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")
+        request = asyncio.ensure_future(send)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while await raw.fetchval(WAITING_ON_A_LOCK) == 0:
+            assert loop.time() < deadline, "the write never reached the locked table"
+            await asyncio.sleep(0.02)
+        server.kill(signal.SIGKILL)
+        with pytest.raises(httpx.TransportError):
+            await request
+    # The lock is gone: the orphaned backend finishes its statement, finds its client dead
+    # and rolls back: key, write and outcome together.
+
+
+async def _retried(http: httpx.AsyncClient, path: str, body: object, key: str) -> httpx.Response:
+    started = time.monotonic()
+    response = await http.post(path, json=body, headers={"Idempotency-Key": key})
+    assert time.monotonic() - started < RETRY_BOUND_SECONDS
+    assert "Idempotent-Replayed" not in response.headers  # it ran, as for the first time
+    again = await http.post(path, json=body, headers={"Idempotency-Key": key})
+    assert (again.headers["Idempotent-Replayed"], again.content) == ("true", response.content)
+    return response
+
+
+async def test_keyed_writes_cut_off_by_a_server_kill_are_retried_at_once_and_run_once(
+    start_server: StartServer, raw: asyncpg.Connection
+) -> None:
+    """serve SIGKILLed while a claim, then a cost, holds its key unanswered: each retry
+    under the same key answers 200 at once, and the ledger has one claim and one charge."""
+    server = await start_server()
+    operator, agent = await mint(
+        server.env["WL_DATABASE_URL"], [(Role.OPERATOR, "op"), (Role.AGENT, "a")]
+    )
+    async with client(server.url, operator, timeout=30) as op:
         units = {"units": [{"external_ref": "u", "fleet": "f"}]}
-        assert (await http.post("/units", json=units, headers=op)).status_code == 200
-        attempt = (await http.post("/units/claim", json={}, headers=me)).json()["attempt"]["id"]
-        key = me | {"Idempotency-Key": "cost-1"}
-        first = await http.post(f"/attempts/{attempt}/cost", json={"cost_cents": 500}, headers=key)
-        assert first.status_code == 200
-        # The state kill -9 leaves between the write's commit and the outcome's, aged past
-        # TAKEOVER_SECONDS: reserved, no outcome stored.
-        await raw.execute(
-            "UPDATE wl_idempotency_keys SET status_code = NULL, content_type = NULL, body = NULL, "
-            "completed_at = NULL,"
-            " created_at = now() - interval '1 hour' WHERE key = 'cost-1'"
+        assert (await op.post("/units", json=units)).status_code == 200
+    async with client(server.url, agent, timeout=30) as http:
+        claim = http.post("/units/claim", json={}, headers={"Idempotency-Key": "claim-1"})
+        await _killed_mid_write(server, raw, "work_unit_attempts", claim)
+    await server.start()
+    async with client(server.url, agent, timeout=30) as http:
+        claimed = await _retried(http, "/units/claim", {}, "claim-1")
+        assert claimed.status_code == 200
+        attempt = claimed.json()["attempt"]["id"]
+        cost = http.post(
+            f"/attempts/{attempt}/cost", json={"cost_cents": 500}, headers={"Idempotency-Key": "c"}
         )
-        retry = await http.post(f"/attempts/{attempt}/cost", json={"cost_cents": 500}, headers=key)
-    charged = await raw.fetchval("SELECT cost_cents FROM work_units WHERE external_ref = 'u'")
-    assert (retry.status_code, charged) != (200, 1000)
-    assert charged == 500
+        await _killed_mid_write(server, raw, "work_unit_events", cost)
+    await server.start()
+    async with client(server.url, agent, timeout=30) as http:
+        charged = await _retried(http, f"/attempts/{attempt}/cost", {"cost_cents": 500}, "c")
+        assert charged.status_code == 200
+    claims = await raw.fetchval(
+        "SELECT count(*) FROM work_unit_events WHERE event_type = 'claimed'"
+    )
+    assert (claims, await raw.fetchval("SELECT cost_cents FROM work_units")) == (1, 500)
+    code, out = await audit(server.env)
+    assert code == 0, out

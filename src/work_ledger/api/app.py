@@ -25,6 +25,7 @@ from work_ledger.auth import OPERATOR_TOKEN_FILE, Role, TokenStore, load_secret,
 from work_ledger.config import Settings
 from work_ledger.db.connect import resolve_database_url
 from work_ledger.idempotency import IdempotencyStore
+from work_ledger.readside import read_pool
 from work_ledger.runtime import open_ledger
 
 EXPIRE_EVERY_SECONDS = 600.0
@@ -82,16 +83,19 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = await resolve_database_url(settings)
-        async with open_ledger(
-            settings, url=url, max_connections=max_connections or settings.pool_size
-        ) as ledger:
+        async with (
+            open_ledger(
+                settings, url=url, max_connections=max_connections or settings.pool_size
+            ) as ledger,
+            read_pool(settings, ledger.store.pool) as reads,
+        ):
             tokens = TokenStore(ledger.store, load_secret(settings.secret, settings.home))
             await _guard_tokens(app, tokens, settings, host)
             notifier = Notifier(url)
             await notifier.start()
             idempotency = IdempotencyStore(ledger.store)
             expiry = asyncio.create_task(_expire_idempotency(idempotency))
-            app.state.ledger, app.state.tokens = ledger, tokens
+            app.state.ledger, app.state.tokens, app.state.read_pool = ledger, tokens, reads
             app.state.notifier, app.state.idempotency = notifier, idempotency
             try:
                 yield

@@ -25,38 +25,35 @@ everything. A request may narrow the acting id to a sub-agent with the `X-WL-Age
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import re
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, cast
+from typing import Annotated, Any
 
-import asyncpg
 from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from work_ledger.api import problems
+from work_ledger.api.keyed import (
+    ClaimLooks,
+    Replayed,
+    bound_ledger,
+    is_decision,
+    keys_on,
+    replay,
+    stored,
+)
 from work_ledger.auth import Principal, Role, TokenStore
-from work_ledger.db.store import Store, translated_errors
+from work_ledger.db.store import translated_errors
 from work_ledger.domain import Actor
 from work_ledger.errors import Forbidden, Unauthorized, WorkLedgerError
-from work_ledger.idempotency import (
-    MAX_KEY_LENGTH,
-    IdempotencyStore,
-    Outcome,
-    check_key,
-    request_hash,
-)
+from work_ledger.idempotency import MAX_KEY_LENGTH, IdempotencyStore, check_key, request_hash
 from work_ledger.service import Ledger
 
-if TYPE_CHECKING:
-    from asyncpg.pool import PoolConnectionProxy
-
 AGENT_HEADER = "X-WL-Agent"
-REPLAYED_HEADER = "Idempotent-Replayed"
 _SUFFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")
 _BEARER_HELP = "A token from `work-ledger token create`."
 # The `require(...)` dependencies: the operations that take a token.
@@ -190,16 +187,17 @@ def _header(name: str, max_length: int, description: str) -> dict[str, Any]:
 
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
-# A string: PoolConnectionProxy is generic in the stubs only, not at runtime.
-Connection: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[asyncpg.Record]"
 
-
-# A claim retried after its server died finds the agent's claim held and returns it
-# (resumed), and a projected event already recorded is a duplicate: re-running either has
-# no second effect, so they (a claim may long-poll; a projection runs one transaction per
-# event) reserve their key apart from the write. Every other write stores its outcome in
-# the same transaction as its effect: both commit, or neither.
-RERUNNABLE_PATHS = frozenset({"/units/claim", "/units/{unit:path}/claim", "/projection/events"})
+# A projected event already recorded is a duplicate, so re-running a projection batch has
+# no second effect; it runs one transaction per event, so it reserves its key apart.
+# A long-poll claim looks for a unit in one keyed transaction per look (api/keyed.py).
+# Every other write (a claim that does not wait included) reserves its key, runs and
+# stores its outcome in one transaction: all three commit, or none.
+# Re-running a claim returns the unit already held: an unfinished reservation of one (left
+# by an older server) is taken over, not refused.
+APART_PATHS = frozenset({"/projection/events"})
+LONG_POLL_PATHS = frozenset({"/units/claim"})
+CLAIM_PATHS = frozenset({"/units/claim", "/units/{unit:path}/claim"})
 
 
 class IdempotentRoute(APIRoute):
@@ -209,25 +207,20 @@ class IdempotentRoute(APIRoute):
         handler = super().get_route_handler()
         if "POST" not in (self.methods or ()):
             return handler
-        atomic = self.path not in RERUNNABLE_PATHS
+        apart, long_poll = self.path in APART_PATHS, self.path in LONG_POLL_PATHS
+        claim = self.path in CLAIM_PATHS
 
         async def idempotent(request: Request) -> Response:
             key = request.headers.get("idempotency-key")
             if key is None:
                 return await handler(request)
-            run = _run_atomic if atomic else _run_idempotent
-            return await run(request, check_key(key), handler)
+            if apart:
+                return await _run_apart(request, check_key(key), handler)
+            if long_poll and _wait_seconds(await request.body()) > 0:
+                return await _run_looks(request, check_key(key), handler)
+            return await _run_atomic(request, check_key(key), handler, rerunnable=claim)
 
         return idempotent
-
-
-def _replay(stored: Outcome) -> Response:
-    return Response(
-        stored.body,
-        status_code=stored.status,
-        media_type=stored.content_type,
-        headers={REPLAYED_HEADER: "true"},
-    )
 
 
 async def _keyed(request: Request) -> tuple[str, bytes, bytes]:
@@ -245,7 +238,9 @@ class _RollBack(Exception):
         self.response = response
 
 
-async def _run_atomic(request: Request, key: str, handler: Handler) -> Response:
+async def _run_atomic(
+    request: Request, key: str, handler: Handler, *, rerunnable: bool
+) -> Response:
     """Reserve, write and store the outcome in one transaction on one connection.
 
     A concurrent duplicate's reservation waits on ours and then finds our outcome; a
@@ -255,75 +250,50 @@ async def _run_atomic(request: Request, key: str, handler: Handler) -> Response:
     base: Ledger = request.app.state.ledger
     try:
         async with translated_errors(), base.store.pool.acquire() as conn, conn.transaction():
-            keys = IdempotencyStore(Store(_on(conn)))
-            reservation = await keys.reserve(scope, key, digest, runs_for=None)
+            keys = keys_on(conn)
+            reservation = await keys.reserve(scope, key, digest, rerunnable=rerunnable)
             if reservation.outcome is not None:
-                raise _RollBack(_replay(reservation.outcome))
-            request.state.ledger = _bound_ledger(base, conn)
+                raise _RollBack(replay(reservation.outcome))
+            request.state.ledger = bound_ledger(base, conn)
             response = await _outcome_of(handler, request)
-            if not _is_decision(response.status_code):
+            if not is_decision(response.status_code):
                 raise _RollBack(response)  # it ran nothing: free the key
-            await keys.complete(scope, key, _stored(response))
+            await keys.complete(scope, key, stored(response))
             return response
     except _RollBack as rolled_back:
         return rolled_back.response
 
 
-async def _run_idempotent(request: Request, key: str, handler: Handler) -> Response:
-    """Reserve the key, run the request, then store its outcome (claims)."""
-    scope, body, digest = await _keyed(request)
+async def _run_looks(request: Request, key: str, handler: Handler) -> Response:
+    """A long-poll claim: each look for a unit is a keyed transaction (api/keyed.py)."""
+    scope, _, digest = await _keyed(request)
+    looks = ClaimLooks(request.app.state.ledger, scope, key, digest)
+    request.state.ledger = looks.ledger()
+    try:
+        return await looks.finish(await _outcome_of(handler, request))
+    except Replayed as earlier:
+        return replay(earlier.outcome)
+    finally:
+        await looks.close()
+
+
+async def _run_apart(request: Request, key: str, handler: Handler) -> Response:
+    """Reserve the key, run the request, then store its outcome (projection batches)."""
+    scope, _, digest = await _keyed(request)
     store: IdempotencyStore = request.app.state.idempotency
-    reservation = await store.reserve(scope, key, digest, runs_for=_wait_seconds(body))
+    reservation = await store.reserve(scope, key, digest, rerunnable=True)
     if reservation.outcome is not None:
-        return _replay(reservation.outcome)
+        return replay(reservation.outcome)
     try:
         response = await _outcome_of(handler, request)
     except BaseException:
         await _release_quietly(store, scope, key)
         raise
-    if not _is_decision(response.status_code):
+    if not is_decision(response.status_code):
         await _release_quietly(store, scope, key)
         return response
-    await store.complete(scope, key, _stored(response))
+    await store.complete(scope, key, stored(response))
     return response
-
-
-def _stored(response: Response) -> Outcome:
-    media_type = response.headers.get("content-type", "application/json")
-    return Outcome(response.status_code, media_type, bytes(response.body))
-
-
-class _OnConnection:
-    """What Store needs of a pool (fetch, fetchrow), on one connection in a transaction."""
-
-    def __init__(self, conn: Connection, *, savepoints: bool) -> None:
-        self.conn = conn
-        self.savepoints = savepoints
-
-    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
-        if not self.savepoints:
-            return await self.conn.fetch(query, *args)
-        async with self.conn.transaction():  # a savepoint: a refusal leaves the tx usable
-            return await self.conn.fetch(query, *args)
-
-    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
-        if not self.savepoints:
-            return await self.conn.fetchrow(query, *args)
-        async with self.conn.transaction():
-            return await self.conn.fetchrow(query, *args)
-
-
-def _on(conn: Connection, *, savepoints: bool = False) -> asyncpg.Pool:
-    # Store only calls fetch and fetchrow; this stands in for its pool.
-    return cast(asyncpg.Pool, _OnConnection(conn, savepoints=savepoints))
-
-
-def _bound_ledger(base: Ledger, conn: Connection) -> Ledger:
-    """The app's ledger, running its statements on `conn`, each in a savepoint (the
-    service may look again after a refused statement)."""
-    bound = copy.copy(base)
-    bound.store = Store(_on(conn, savepoints=True))
-    return bound
 
 
 def _wait_seconds(body: bytes) -> float:
@@ -333,12 +303,6 @@ def _wait_seconds(body: bytes) -> float:
     except (ValueError, AttributeError):
         value = 0
     return float(value) if isinstance(value, int) and 0 <= value <= 60 else 0.0
-
-
-def _is_decision(status: int) -> bool:
-    """Outcomes the ledger decided (a success, or a refusal by one of its rules) are kept;
-    input, auth and server errors ran nothing, so the key is freed for a corrected retry."""
-    return status < 400 or status == 409
 
 
 async def _outcome_of(handler: Handler, request: Request) -> Response:
@@ -355,7 +319,7 @@ async def _outcome_of(handler: Handler, request: Request) -> Response:
 
 
 async def _release_quietly(store: IdempotencyStore, scope: str, key: str) -> None:
-    # If even this fails, the reservation lapses after TAKEOVER_SECONDS.
+    # If even this fails, the retry takes the unfinished reservation over.
     with contextlib.suppress(Exception):
         await store.release(scope, key)
 

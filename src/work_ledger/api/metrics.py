@@ -24,7 +24,7 @@ async def metrics(request: Request) -> Response:
     """Queue depth, stalls, claims and reclaims (from the views), refusals by invariant
     and request latency by route, in the Prometheus text format."""
     ledger_metrics: LedgerMetrics = request.app.state.metrics
-    await ledger_metrics.refresh(request.app.state.ledger.store.pool)
+    await ledger_metrics.refresh(request.app.state.read_pool)
     return Response(ledger_metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 

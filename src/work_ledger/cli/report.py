@@ -20,7 +20,7 @@ from work_ledger.cli.app import app, console, err_console, run_async
 from work_ledger.config import load_settings
 from work_ledger.db.connect import connect, resolve_database_url
 from work_ledger.errors import WorkLedgerError
-from work_ledger.readside import Report, grant_reader, read_report
+from work_ledger.readside import Report, connect_reader, grant_reader, read_report
 from work_ledger.runtime import migrate_database
 
 STATE_COLUMNS = ("ready", "claimed", "in_progress", "blocked", "verified", "done", "abandoned")
@@ -252,7 +252,7 @@ def render_report(report: Report) -> Group:
 
 
 async def _read_once(domain: str | None) -> Report:
-    conn = await connect(await resolve_database_url(load_settings()))
+    conn = await connect_reader(load_settings())
     try:
         return await read_report(conn, domain=domain)
     finally:
@@ -261,7 +261,7 @@ async def _read_once(domain: str | None) -> Report:
 
 async def watch_report(domain: str | None, interval: float, rounds: int | None = None) -> None:
     """Redraw the report every `interval` seconds (`rounds` times, or until cancelled)."""
-    conn = await connect(await resolve_database_url(load_settings()))
+    conn = await connect_reader(load_settings())
     try:
         with Live(console=console, auto_refresh=False) as live:
             done = 0

@@ -52,8 +52,10 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
         )
 
 
-async def connect(url: str) -> asyncpg.Connection:
-    conn = await asyncpg.connect(url, server_settings=SERVER_SETTINGS)
+async def connect(
+    url: str, *, server_settings: dict[str, str] = SERVER_SETTINGS
+) -> asyncpg.Connection:
+    conn = await asyncpg.connect(url, server_settings=server_settings)
     await _init_connection(conn)
     return conn
 
@@ -81,12 +83,13 @@ async def create_pool(
     min_size: int = 2,
     max_size: int = 10,
     statement_timeout: float | None = STATEMENT_TIMEOUT_SECONDS,
+    server_settings: dict[str, str] = SERVER_SETTINGS,
 ) -> asyncpg.Pool:
     pool = await asyncpg.create_pool(
         url,
         min_size=min_size,
         max_size=max_size,
-        server_settings=SERVER_SETTINGS,
+        server_settings=server_settings,
         init=_init_connection,
         reset=_keep_session,
         timeout=CONNECT_TIMEOUT_SECONDS,

@@ -3,7 +3,8 @@
 -- name: idempotency_reserve
 -- Reserve the key for this request, or return the record that holds it. $1 scope (the
 -- acting caller), $2 key, $3 hash of the request, $4 seconds after which an unfinished
--- reservation (its process died) may be taken over. `reserved` is true for the caller
+-- reservation (committed without an outcome) may be taken over (0: at once, even inside
+-- a transaction that began before it). `reserved` is true for the caller
 -- that must run the request. Zero rows: a concurrent reservation committed after this
 -- statement's snapshot; look it up.
 WITH reserved AS (
@@ -11,7 +12,8 @@ WITH reserved AS (
     VALUES ($1, $2, $3)
     ON CONFLICT (scope, key) DO UPDATE
         SET request_hash = excluded.request_hash, created_at = now()
-        WHERE k.status_code IS NULL AND k.created_at < now() - make_interval(secs => $4)
+        WHERE k.status_code IS NULL
+          AND k.created_at < clock_timestamp() - make_interval(secs => $4)
     RETURNING true AS reserved, k.request_hash, k.status_code, k.content_type, k.body
 )
 SELECT reserved, request_hash, status_code, content_type, body FROM reserved

@@ -1,0 +1,1 @@
+"""Safekeeping: backup and restore of the whole ledger, and an export for the long term."""
