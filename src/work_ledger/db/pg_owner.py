@@ -71,6 +71,13 @@ def database_user(pgdata: Path) -> DbUser:
     if made.exists() and made.stat().st_uid != 0:
         info = made.stat()  # a data directory made earlier keeps its owner
         return DbUser(info.st_uid, info.st_gid, switch=True)
+    return server_user()
+
+
+def server_user() -> DbUser:
+    """The user a new PostgreSQL server runs as: this process's, or (as root) `wl-postgres`."""
+    if os.geteuid() != 0:
+        return DbUser(os.geteuid(), os.getegid(), switch=False)
     entry = _system_user(SYSTEM_USER)
     return DbUser(entry.pw_uid, entry.pw_gid, switch=True)
 

