@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from work_ledger.api import metrics, problems
+from work_ledger.api import metrics, problems, wire
 from work_ledger.api.deps import document_headers
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.middleware import EdgeMiddleware
@@ -129,6 +129,7 @@ def create_app(
             components["Problem"] = problems.Problem.model_json_schema(
                 ref_template="#/components/schemas/{model}"
             )
+            components.update(wire.body_schemas())
             app.openapi_schema = schema
         return app.openapi_schema
 

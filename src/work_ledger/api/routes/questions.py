@@ -7,7 +7,7 @@ import asyncio
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from work_ledger.api import problems
 from work_ledger.api.deps import (
@@ -26,6 +26,7 @@ from work_ledger.api.schemas import (
     QuestionOut,
     QuestionPage,
 )
+from work_ledger.api.wire import answer, body_doc, json_body
 from work_ledger.auth import Role
 from work_ledger.domain import QuestionStatus
 from work_ledger.service import Ledger
@@ -87,15 +88,17 @@ async def get_question(
 @router.post(
     "/questions/{question_id}/cancel",
     responses=problems.WRITE_RESPONSES,
+    response_model=QuestionOut,
+    openapi_extra=body_doc(CancelIn),
 )
 async def cancel_question(
     request: Request,
     question_id: uuid.UUID,
-    body: CancelIn,
     svc: LedgerDep,
     caller: Annotated[Caller, Depends(require(Role.AGENT, Role.TRIAGE))],
-) -> QuestionOut:
+) -> Response:
     """Withdraw an open question (its holder, triage or an operator); the unit resumes."""
+    body = await json_body(request, CancelIn)
     question = await svc.cancel_question(question_id, caller.actor(Role.TRIAGE), reason=body.reason)
     unit_logged(request, question.unit_id)
-    return QuestionOut.model_validate(question)
+    return answer(QuestionOut.model_validate(question))
