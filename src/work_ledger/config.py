@@ -27,6 +27,12 @@ class Settings:
     token: str | None
     secret: str | None
     pool_size: int = DEFAULT_POOL_SIZE
+    metrics_token: bool = False  # GET /metrics takes a token (any role) when set
+    docs: bool = False  # serve /docs (Swagger UI, loaded from a CDN) when set
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def _int(name: str, default: int) -> int:
@@ -64,4 +70,6 @@ def load_settings() -> Settings:
         token=os.environ.get("WL_TOKEN") or None,
         secret=os.environ.get("WL_SECRET") or None,
         pool_size=_positive("WL_POOL_SIZE", DEFAULT_POOL_SIZE),
+        metrics_token=_flag("WL_METRICS_TOKEN"),
+        docs=_flag("WL_DOCS"),
     )

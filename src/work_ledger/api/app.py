@@ -20,6 +20,7 @@ from work_ledger.api import metrics, problems, wire
 from work_ledger.api.deps import document_headers
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.middleware import EdgeMiddleware
+from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.api.routes import attempts, events, health, projection, questions, units
 from work_ledger.auth import OPERATOR_TOKEN_FILE, Role, TokenStore, load_secret, write_private
 from work_ledger.config import Settings
@@ -73,6 +74,7 @@ def create_app(
     host: str = "127.0.0.1",
     bootstrap: bool = False,
     max_connections: int | None = None,
+    auth_failures: FailureLimiter | None = None,
 ) -> FastAPI:
     """The API over `settings.database_url` (or the embedded server)."""
 
@@ -104,12 +106,16 @@ def create_app(
         description="The durable accounting ledger for fleets of AI coding agents. "
         "Errors are RFC 9457 application/problem+json.",
         lifespan=lifespan,
+        # Swagger UI loads its assets from a CDN: off unless asked for (WL_DOCS=1).
+        docs_url="/docs" if settings.docs else None,
+        redoc_url=None,
     )
     app.state.settings = settings
+    app.state.auth_failures = auth_failures or FailureLimiter()
     app.state.bootstrap = bootstrap
     problems.install(app)
     app.add_middleware(EdgeMiddleware)
-    metrics.install(app)  # GET /metrics; times every request (outside the edge)
+    metrics.install(app, token=settings.metrics_token)  # times every request (outside the edge)
 
     # events before units, whose /units/{unit} would otherwise take /units/{unit}/events.
     routers = (health, events, units, attempts, questions, projection)

@@ -38,10 +38,11 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from work_ledger.api import problems
+from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.auth import Principal, Role, TokenStore
 from work_ledger.db.store import Store, translated_errors
 from work_ledger.domain import Actor
-from work_ledger.errors import Forbidden, Unauthorized, WorkLedgerError
+from work_ledger.errors import Forbidden, RateLimited, Unauthorized, WorkLedgerError
 from work_ledger.idempotency import (
     MAX_KEY_LENGTH,
     IdempotencyStore,
@@ -111,13 +112,34 @@ async def authenticate(request: Request) -> Caller:
             "no token: send `Authorization: Bearer wl_<prefix>_<secret>` with a token from "
             "`work-ledger token create --role ROLE --principal NAME`"
         )
-    tokens: TokenStore = request.app.state.tokens
-    principal = await tokens.verify(token.strip())
-    request.state.principal = principal.principal
+    principal = await _verified(request, token.strip())
     caller = Caller(principal, acting_agent(principal, request.headers.get(AGENT_HEADER)))
     request.state.caller = caller
     request.state.principal = caller.agent
     return caller
+
+
+async def _verified(request: Request, token: str) -> Principal:
+    """The token's principal: from the cache, else looked up unless this client has
+    failed too often (429)."""
+    tokens: TokenStore = request.app.state.tokens
+    found = tokens.cached(token)
+    if found is not None:
+        return found
+    limiter: FailureLimiter = request.app.state.auth_failures
+    client = request.client.host if request.client is not None else ""
+    wait = limiter.retry_after(client)
+    if wait:
+        raise RateLimited(
+            f"too many failed authentications from {client}; wait {wait} s (Retry-After) and "
+            "send a valid token from `work-ledger token create`",
+            extra={"retry_after": wait},
+        )
+    try:
+        return await tokens.verify(token)
+    except Unauthorized:
+        limiter.failed(client)
+        raise
 
 
 def require(*roles: Role) -> Callable[..., Awaitable[Caller]]:

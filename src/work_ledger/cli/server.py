@@ -78,6 +78,7 @@ def serve(
     import uvicorn
 
     from work_ledger.api.app import create_app, is_loopback
+    from work_ledger.api.connection import server_options
     from work_ledger.api.middleware import configure_logging
 
     configure_logging()
@@ -91,7 +92,7 @@ def serve(
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
         access_log=False,
         log_level="warning",
+        **server_options(),  # header size, read deadlines, keep-alive, connection cap
     )
