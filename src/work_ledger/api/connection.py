@@ -44,10 +44,6 @@ def server_options(limits: Limits = Limits()) -> dict[str, Any]:
     }
 
 
-class _HeadTooLarge(Exception):
-    """Raised from a parser callback: stops the parser at once."""
-
-
 def _too_large_response(limit: int) -> bytes:
     body = json.dumps(
         problem_body(
@@ -73,8 +69,7 @@ class LimitedProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._head_done = False  # the current request's line and headers are all in
         self._head_bytes = 0  # received before the head was complete
-        self._head_parsed = 0  # of request line and headers, as parsed
-        self._head_too_large = False
+        self._refused = False
         self._deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -86,29 +81,15 @@ class LimitedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # the 431 is written; what the client still sends is dropped
         if not self._head_done:
-            self._head_bytes += len(data)
+            end = data.find(b"\r\n\r\n")
+            self._head_bytes += len(data) if end < 0 else end
+            if self._head_bytes > self.limits.max_head_bytes:
+                self._refuse_head()
+                return
         super().data_received(data)
-        if (
-            not self._head_done
-            and self._head_bytes > self.limits.max_head_bytes
-            and not self.transport.is_closing()
-        ):
-            self._refuse_head()
-
-    def send_400_response(self, msg: str) -> None:
-        if self._head_too_large:  # the parser stopped on our _HeadTooLarge
-            self._refuse_head()
-        else:
-            super().send_400_response(msg)
-
-    def on_url(self, url: bytes) -> None:
-        super().on_url(url)
-        self._count(len(url))
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        super().on_header(name, value)
-        self._count(len(name) + len(value) + 4)
 
     def on_headers_complete(self) -> None:
         self._head_done = True
@@ -118,7 +99,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._head_done = False
-        self._head_bytes = self._head_parsed = 0
+        self._head_bytes = 0
         self._arm(self.limits.head_seconds)
 
     def on_response_complete(self) -> None:
@@ -126,16 +107,17 @@ class LimitedProtocol(HttpToolsProtocol):
         if not self._head_done and not self.transport.is_closing():
             self._arm(self.limits.head_seconds)  # a fresh wait for the next request
 
-    def _count(self, size: int) -> None:
-        self._head_parsed += size
-        if self._head_parsed > self.limits.max_head_bytes:
-            self._head_too_large = True
-            raise _HeadTooLarge
-
     def _refuse_head(self) -> None:
-        self._disarm()
+        """Answer 431 before the app sees anything, then close. The client may still be
+        sending: closing with its bytes unread would reset the connection and lose the
+        answer, so the write side is shut first and the rest read and dropped."""
+        self._refused = True
         self.transport.write(_too_large_response(self.limits.max_head_bytes))
-        self.transport.close()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self._arm(self.limits.head_seconds)  # then close, whatever the client does
+        else:
+            self.transport.close()
 
     def _arm(self, seconds: float) -> None:
         self._disarm()
@@ -149,7 +131,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def _expired(self) -> None:
         self._deadline = None
         busy = self.cycle is not None and not self.cycle.response_complete
-        if self._head_done or not busy:
+        if self._head_done or self._refused or not busy:
             # Reading a body too slowly, or no whole request yet on an idle connection.
             self.transport.close()
         # else: a response is being written (a long-poll); its completion re-arms.
