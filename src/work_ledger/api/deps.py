@@ -230,16 +230,20 @@ class IdempotentRoute(APIRoute):
         handler = super().get_route_handler()
         if "POST" not in (self.methods or ()):
             return handler
-        atomic = self.path not in RERUNNABLE_PATHS
 
         async def idempotent(request: Request) -> Response:
             key = request.headers.get("idempotency-key")
             if key is None:
                 return await handler(request)
-            run = _run_atomic if atomic else _run_idempotent
-            return await run(request, check_key(key), handler)
+            return await self.run_keyed(self.path, request, key, handler)
 
         return idempotent
+
+    @staticmethod
+    async def run_keyed(path: str, request: Request, key: str, handler: Handler) -> Response:
+        """Run `handler` for a write to `path` carrying Idempotency-Key `key`."""
+        run = _run_idempotent if path in RERUNNABLE_PATHS else _run_atomic
+        return await run(request, check_key(key), handler)
 
 
 def _replay(stored: Outcome) -> Response:

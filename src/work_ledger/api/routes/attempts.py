@@ -15,6 +15,7 @@ from work_ledger.api.deps import (
     require,
     unit_logged,
 )
+from work_ledger.api.direct import direct
 from work_ledger.api.schemas import AttemptOut, CostIn, LeaseIn, UnitAttemptOut, UnitOut
 from work_ledger.api.wire import answer, body_doc, json_body
 from work_ledger.auth import Role
@@ -41,6 +42,7 @@ class AttemptUnitOut(UnitAttemptOut):
     response_model=UnitAttemptOut,
     openapi_extra=body_doc(LeaseIn),
 )
+@direct
 async def heartbeat(
     request: Request, attempt_id: uuid.UUID, svc: LedgerDep, caller: Agent
 ) -> Response:
@@ -58,6 +60,7 @@ async def heartbeat(
 @router.post(
     "/attempts/{attempt_id}/cost", response_model=AttemptUnitOut, openapi_extra=body_doc(CostIn)
 )
+@direct
 async def record_cost(
     request: Request, attempt_id: uuid.UUID, svc: LedgerDep, caller: Agent
 ) -> Response:

@@ -10,6 +10,7 @@ from pydantic import Strict as StrictMark
 
 from work_ledger.api import problems
 from work_ledger.api.deps import Caller, IdempotentRoute, ledger, require
+from work_ledger.api.direct import direct
 from work_ledger.api.schemas import Body
 from work_ledger.api.wire import MAX_FREE_DEPTH, FreeJson, answer, body_doc, json_body
 from work_ledger.auth import Role
@@ -75,6 +76,7 @@ class ProjectionOut(BaseModel):
 @router.post(
     "/projection/events", response_model=ProjectionOut, openapi_extra=body_doc(ProjectionIn)
 )
+@direct
 async def project_events(request: Request, svc: LedgerDep, _: ProjectorRole) -> Response:
     """Record workflow events and apply each new one to its unit (see the README's mapping)."""
     body = await json_body(request, ProjectionIn)

@@ -18,6 +18,7 @@ from work_ledger.api.deps import (
     require,
     unit_logged,
 )
+from work_ledger.api.direct import direct
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.schemas import (
     MAX_LIMIT,
@@ -91,6 +92,7 @@ async def get_question(
     response_model=QuestionOut,
     openapi_extra=body_doc(CancelIn),
 )
+@direct
 async def cancel_question(
     request: Request,
     question_id: uuid.UUID,

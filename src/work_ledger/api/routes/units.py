@@ -19,6 +19,7 @@ from work_ledger.api.deps import (
     require,
     unit_logged,
 )
+from work_ledger.api.direct import direct
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.schemas import (
     MAX_LIMIT,
@@ -65,6 +66,7 @@ AgentOrHarness = Annotated[Caller, Depends(require(Role.AGENT, Role.HARNESS))]
     response_model=RegisterOut,
     openapi_extra=body_doc(RegisterIn),
 )
+@direct
 async def register_units(
     request: Request, svc: LedgerDep, caller: Annotated[Caller, Depends(require())]
 ) -> Response:
@@ -99,6 +101,7 @@ def _claim_out(request: Request, claim: Claim) -> Response:
     response_model=ClaimOut,
     openapi_extra=body_doc(ClaimIn),
 )
+@direct
 async def claim_next(request: Request, svc: LedgerDep, caller: Agent) -> Response:
     """Claim the oldest claimable unit, or get back the one you hold (`resumed`).
 
@@ -135,6 +138,7 @@ async def claim_next(request: Request, svc: LedgerDep, caller: Agent) -> Respons
     response_model=UnitAttemptOut,
     openapi_extra=body_doc(LeaseIn),
 )
+@direct
 async def claim_named(request: Request, unit: UnitRef, svc: LedgerDep, caller: Agent) -> Response:
     """Claim this unit; 409 naming the holder and lease expiry if it is held or closed."""
     body = await json_body(request, LeaseIn)
@@ -154,6 +158,7 @@ async def claim_named(request: Request, unit: UnitRef, svc: LedgerDep, caller: A
     response_model=UnitAttemptOut,
     openapi_extra=body_doc(TransitionIn),
 )
+@direct
 async def transition(
     request: Request, unit: UnitRef, svc: LedgerDep, caller: AgentOrHarness
 ) -> Response:
@@ -206,6 +211,7 @@ async def transition(
     response_model=UnitQuestionOut,
     openapi_extra=body_doc(BlockIn),
 )
+@direct
 async def block(
     request: Request, unit: UnitRef, svc: LedgerDep, caller: AgentOrHarness
 ) -> Response:
@@ -231,6 +237,7 @@ async def block(
     response_model=UnitQuestionOut,
     openapi_extra=body_doc(UnblockIn),
 )
+@direct
 async def unblock(
     request: Request,
     unit: UnitRef,
@@ -254,6 +261,7 @@ async def unblock(
     response_model=DisposeOut,
     openapi_extra=body_doc(DisposeIn),
 )
+@direct
 async def dispose(request: Request, unit: UnitRef, svc: LedgerDep, caller: Agent) -> Response:
     """Close a unit for good: MIGRATED (from verified), DROPPED, DEFERRED or DEAD."""
     body = await json_body(request, DisposeIn)
