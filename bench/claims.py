@@ -289,13 +289,14 @@ async def pgqueuer_manager(url: str, c: int) -> AsyncIterator[list[Operation]]:
 
     The manager drives itself, so each operation waits for its manager's next finished
     job; its "latency" is the time between one manager's successive jobs."""
-    from pgqueuer import AsyncpgDriver, QueueManager
+    from pgqueuer import QueueManager
+    from pgqueuer.queries import Queries
 
     async with connections(url, c, plain=True) as conns:
         managers: list[QueueManager] = []
         finished: list[asyncio.Queue[float]] = []
         for conn in conns:
-            manager = QueueManager(AsyncpgDriver(conn))
+            manager = QueueManager(Queries.from_asyncpg_connection(conn))
             done: asyncio.Queue[float] = asyncio.Queue()
 
             async def noop(_job: Any, done: asyncio.Queue[float] = done) -> None:
