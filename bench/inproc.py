@@ -6,7 +6,8 @@ run.py).
 
 Starts its own embedded PostgreSQL, seeds 30,000 units, builds the real app with
 `create_app` and drives it from `workers` tasks; prints the process CPU per life (three
-requests, the client side included) and, with `profile`, cProfile's top functions. The
+requests, the client side included) on stderr and, with `profile`, cProfile's top
+functions. The access lines go to stdout, as serve's do: redirect it. The
 A/B that chose the direct path ran `direct` and `fastapi` alternately (bench/RESULTS.md).
 """
 
@@ -32,6 +33,7 @@ from harness import Server, start_embedded
 
 from work_ledger.api.app import create_app
 from work_ledger.api.direct import DirectRoutes
+from work_ledger.api.middleware import configure_logging
 from work_ledger.config import Settings
 
 
@@ -109,6 +111,7 @@ async def main(seconds: float, workers: int, path: str, profile: bool) -> None:
             token=None,
             secret=httpbench.SECRET,
         )
+        configure_logging()  # serve's JSON access lines (on stdout, as serve writes them)
         app = create_app(settings)
         if path == "fastapi":  # every request down FastAPI's routing and dependency solving
             app.user_middleware = [m for m in app.user_middleware if m.cls is not DirectRoutes]
@@ -122,11 +125,14 @@ async def main(seconds: float, workers: int, path: str, profile: bool) -> None:
             lives = sum(await asyncio.gather(*(_lives(app, t, until) for t in tokens)))
             profiler.disable()
             cpu = time.process_time() - cpu
-    print(f"{path}: {lives} lives in {seconds:g} s; CPU per life {cpu / lives * 1000:.2f} ms")
+    print(
+        f"{path}: {lives} lives in {seconds:g} s; CPU per life {cpu / lives * 1000:.2f} ms",
+        file=sys.stderr,
+    )
     if profile:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(50)
-        print(text.getvalue())
+        print(text.getvalue(), file=sys.stderr)
 
 
 if __name__ == "__main__":
