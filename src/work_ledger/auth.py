@@ -7,6 +7,7 @@ constant time. The server secret is `WL_SECRET`, or a random one kept in `WL_HOM
 
 Verified tokens are cached in-process for `CACHE_SECONDS`, so the hot path costs one HMAC
 and no database round trip; a revocation therefore takes effect within that many seconds.
+A token whose prefix was never minted costs no lookup of its own (`KnownPrefixes`).
 """
 
 from __future__ import annotations

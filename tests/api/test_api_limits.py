@@ -4,14 +4,18 @@ failed authentication limited per client."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any, cast
 from urllib.parse import urlsplit
 
+import asyncpg
 import httpx
-from api_support import MakeApi, assert_problem
+from api_support import SECRET, Api, MakeApi, assert_problem
 
 from work_ledger.api.connection import Limits
 from work_ledger.api.ratelimit import FailureLimiter
-from work_ledger.auth import Role
+from work_ledger.auth import Role, TokenStore
+from work_ledger.db.store import Store
+from work_ledger.errors import Unauthorized
 
 SHORT = Limits(max_head_bytes=4096, head_seconds=0.5, body_seconds=0.5)
 CLOSED_WITHIN = 10.0  # the deadlines above are 0.5 s: 20x generous
@@ -108,3 +112,33 @@ async def test_failed_authentication_is_limited_per_client(make_api: MakeApi) ->
     assert int(limited.headers["Retry-After"]) >= 1
     assert "Retry-After" in problem["detail"]
     assert (await good.get("/units")).status_code == 200
+
+
+class _Counted:
+    """The app's pool, recording each statement sent through it (to count round trips)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.sent: list[str] = []
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        self.sent.append(query)
+        return await self.pool.fetch(query, *args)
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+        self.sent.append(query)
+        return await self.pool.fetchrow(query, *args)
+
+
+async def test_unknown_prefixes_cost_no_lookup_of_their_own(api: Api) -> None:
+    """200 tokens with unknown prefixes at once: no per-token lookup, a shared reload or
+    two; a token minted afterwards by another process is still found at once."""
+    counted = _Counted(api.tokens.store.pool)
+    tokens = TokenStore(Store(cast(asyncpg.Pool, counted)), SECRET.encode())
+    wrong = [f"wl_{n:08x}_{'z' * 40}" for n in range(200)]
+    results = await asyncio.gather(*(tokens.verify(t) for t in wrong), return_exceptions=True)
+    assert all(isinstance(r, Unauthorized) for r in results)
+    assert [q for q in counted.sent if "WHERE prefix = $1" in q] == []
+    assert 1 <= len(counted.sent) <= 2
+    fresh = await api.token(Role.READER, "minted-elsewhere")
+    assert (await tokens.verify(fresh)).principal == "minted-elsewhere"
