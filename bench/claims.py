@@ -8,6 +8,7 @@ the concurrency), so the configurations differ only in what they run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
@@ -281,6 +282,55 @@ async def pgqueuer_dequeue_complete(url: str, c: int) -> AsyncIterator[list[Oper
         yield [op_for(conn) for conn in conns]
 
 
+@contextlib.asynccontextmanager
+async def pgqueuer_manager(url: str, c: int) -> AsyncIterator[list[Operation]]:
+    """PGQueuer the way its users run it: one QueueManager per worker connection,
+    `run(batch_size=1)`, a no-op entrypoint; the manager logs completions its own way.
+
+    The manager drives itself, so each operation waits for its manager's next finished
+    job; its "latency" is the time between one manager's successive jobs."""
+    from pgqueuer import QueueManager
+    from pgqueuer.queries import Queries
+
+    async with connections(url, c, plain=True) as conns:
+        managers: list[QueueManager] = []
+        finished: list[asyncio.Queue[float]] = []
+        for conn in conns:
+            manager = QueueManager(Queries.from_asyncpg_connection(conn))
+            done: asyncio.Queue[float] = asyncio.Queue()
+
+            async def noop(_job: Any, done: asyncio.Queue[float] = done) -> None:
+                done.put_nowait(_clock())
+
+            manager.entrypoint("bench")(noop)
+            managers.append(manager)
+            finished.append(done)
+        runs = [
+            asyncio.create_task(m.run(batch_size=1, dequeue_timeout=dt.timedelta(seconds=1)))
+            for m in managers
+        ]
+
+        def op_for(done: asyncio.Queue[float]) -> Operation:
+            async def op() -> float | None:
+                t0 = _clock()
+                try:
+                    await asyncio.wait_for(done.get(), 2.0)
+                except TimeoutError:
+                    return None  # the queue ran dry
+                return _clock() - t0
+
+            return op
+
+        try:
+            yield [op_for(done) for done in finished]
+        finally:
+            for manager in managers:
+                manager.shutdown.set()
+            await asyncio.wait(runs, timeout=10)
+            for run in runs:
+                run.cancel()
+
+
 CONFIGS = [
     Config(
         "raw_bare_claim",
@@ -361,6 +411,16 @@ CONFIGS = [
         15_000,
         seed_pgqueuer,
         pgqueuer_dequeue_complete,
+    ),
+    Config(
+        "pgqueuer_manager",
+        "PGQueuer 1.6 as its users run it: QueueManager.run(batch_size=1), one manager per "
+        "worker connection, a no-op entrypoint (its own dequeue, completion log and "
+        "heartbeat statements)",
+        "pgqueuer",
+        15_000,
+        seed_pgqueuer,
+        pgqueuer_manager,
     ),
 ]
 

@@ -55,18 +55,33 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
                 )
             )
     http = _get(result, "http", "median") or {}
-    out.append(
-        _goal(
-            "HTTP claim ≥ 0.6x bare ASGI endpoint (c=64)",
-            _ratio(
-                _get(http, "http_claim", "64", "items_per_s"),
-                _get(http, "asgi_raw_claim", "64", "items_per_s"),
-            ),
-            ">=",
-            0.6,
-            "items/s of http_claim ÷ items/s of asgi_raw_claim",
+    for c in (x for x in levels if x in (16, 64)):
+        k = str(c)
+        for ours, bare, what in (
+            ("http_claim", "asgi_raw_claim", "claim+start"),
+            ("http_life", "asgi_raw_life", "life (5 requests)"),
+        ):
+            out.append(
+                _goal(
+                    f"HTTP {what} ≥ 0.85x bare ASGI app (c={c})",
+                    _ratio(_get(http, ours, k, "items_per_s"), _get(http, bare, k, "items_per_s")),
+                    ">=",
+                    0.85,
+                    f"items/s of {ours} ÷ items/s of {bare}",
+                )
+            )
+        out.append(
+            _goal(
+                f"serve app CPU per claim+start ≤ 1.3x the bare app's (c={c})",
+                _ratio(
+                    _get(http, "http_claim", k, "app_cpu_ms_per_item"),
+                    _get(http, "asgi_raw_claim", k, "app_cpu_ms_per_item"),
+                ),
+                "<=",
+                1.3,
+                "app CPU ms per item of http_claim ÷ that of asgi_raw_claim",
+            )
         )
-    )
     out.append(
         _goal(
             "HTTP claim p99 ≤ 3x raw ledger-shaped statement p99 (c=64)",
@@ -81,14 +96,14 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
     )
     out.append(
         _goal(
-            "HTTP claim ≥ 2x PGQueuer dequeue+complete (c=64)",
+            "HTTP claim ≥ 2x PGQueuer QueueManager (c=64)",
             _ratio(
                 _get(http, "http_claim", "64", "items_per_s"),
-                _get(med, "pgqueuer", "64", "items_per_s"),
+                _get(med, "pgqueuer_manager", "64", "items_per_s"),
             ),
             ">=",
             2.0,
-            "items/s of http_claim ÷ items/s of pgqueuer",
+            "items/s of http_claim ÷ items/s of pgqueuer_manager",
         )
     )
     scale = _get(result, "scale", "claim") or {}

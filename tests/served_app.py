@@ -17,6 +17,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from work_ledger.api.connection import Limits, server_options
 from work_ledger.config import Settings
 
 
@@ -52,10 +53,17 @@ async def app_running(settings: Settings, max_connections: int = 4) -> AsyncIter
         yield app
 
 
-def uvicorn_server(app: FastAPI) -> tuple[str, uvicorn.Server]:
-    """A quiet uvicorn server of `app` on a free local port (not started), and its URL."""
+def uvicorn_server(app: FastAPI, limits: Limits | None = None) -> tuple[str, uvicorn.Server]:
+    """A quiet uvicorn server of `app` on a free local port (not started), and its URL,
+    with serve's connection limits."""
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        **server_options(limits or Limits()),
     )
     return f"http://127.0.0.1:{port}", uvicorn.Server(config)

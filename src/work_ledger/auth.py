@@ -7,10 +7,12 @@ constant time. The server secret is `WL_SECRET`, or a random one kept in `WL_HOM
 
 Verified tokens are cached in-process for `CACHE_SECONDS`, so the hot path costs one HMAC
 and no database round trip; a revocation therefore takes effect within that many seconds.
+A token whose prefix was never minted costs no lookup of its own (`KnownPrefixes`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import hashlib
@@ -30,6 +32,7 @@ from work_ledger.db.store import Store, translated_errors
 from work_ledger.errors import InvalidInput, Unauthorized
 
 CACHE_SECONDS = 5.0
+PREFIXES_EVERY_SECONDS = 0.5
 _TOKEN = re.compile(r"^wl_([0-9a-f]{8})_([A-Za-z0-9_-]{16,128})$")
 PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 OPERATOR_TOKEN_FILE = "operator.token"
@@ -104,6 +107,7 @@ class TokenStore:
         self._secret = secret
         self._cache_seconds = cache_seconds
         self._cache: dict[bytes, tuple[Principal, float]] = {}
+        self._prefixes = KnownPrefixes(store)
 
     def digest(self, token: str) -> bytes:
         return hmac.new(self._secret, token.encode(), hashlib.sha256).digest()
@@ -161,11 +165,14 @@ class TokenStore:
                 "the bearer token is not a work-ledger token (wl_<prefix>_<secret>); "
                 "send `Authorization: Bearer <token>` with a token from `work-ledger token create`"
             )
+        found = self.cached(token)
+        if found is not None:
+            return found
+        if not await self._prefixes.known(match[1]):
+            raise Unauthorized(
+                "unknown token; ask an operator for one (`work-ledger token create`)"
+            )
         digest = self.digest(token)
-        now = time.monotonic()
-        cached = self._cache.get(digest)
-        if cached is not None and cached[1] > now:
-            return cached[0]
         row = await self.store.fetchrow("token_by_prefix", match[1])
         if row is None or not hmac.compare_digest(bytes(row["token_hash"]), digest):
             raise Unauthorized(
@@ -176,5 +183,46 @@ class TokenStore:
         found = Principal(row["prefix"], Role(row["role"]), row["principal"])
         if len(self._cache) > 10_000:
             self._cache.clear()
-        self._cache[digest] = (found, now + self._cache_seconds)
+        self._cache[digest] = (found, time.monotonic() + self._cache_seconds)
         return found
+
+    def cached(self, token: str) -> Principal | None:
+        """The principal of a token verified in the last `CACHE_SECONDS`, with no I/O."""
+        hit = self._cache.get(self.digest(token))
+        return hit[0] if hit is not None and hit[1] > time.monotonic() else None
+
+
+class KnownPrefixes:
+    """The prefixes of every token minted, so that an unknown one costs no lookup.
+
+    A prefix not in the set makes the set reload, but a reload starts at most every
+    `PREFIXES_EVERY_SECONDS` and is shared by every request waiting on it: 2,000 wrong
+    tokens cost a few reloads, not 2,000 lookups. A request only trusts a reload that
+    began after it arrived, so a token minted (by any process) before it was sent is
+    always found."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._prefixes: frozenset[str] = frozenset()
+        self._loaded_from = -1.0  # when the query behind `_prefixes` began
+        self._reload: asyncio.Task[None] | None = None
+
+    async def known(self, prefix: str) -> bool:
+        if prefix in self._prefixes:
+            return True
+        arrived = time.monotonic()
+        while self._loaded_from < arrived:
+            if self._reload is None:
+                self._reload = asyncio.create_task(self._load())
+            await asyncio.shield(self._reload)
+        return prefix in self._prefixes
+
+    async def _load(self) -> None:
+        try:
+            await asyncio.sleep(self._loaded_from + PREFIXES_EVERY_SECONDS - time.monotonic())
+            began = time.monotonic()
+            rows = await self.store.fetch("token_prefixes")
+            self._prefixes = frozenset(row["prefix"] for row in rows)
+            self._loaded_from = began
+        finally:
+            self._reload = None

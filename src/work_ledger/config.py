@@ -29,6 +29,12 @@ class Settings:
     pool_size: int = DEFAULT_POOL_SIZE
     # A hot standby for the read side (report, /metrics' views); None: the primary.
     read_database_url: str | None = None
+    metrics_token: bool = False  # GET /metrics takes a token (any role) when set
+    docs: bool = False  # serve /docs (Swagger UI, loaded from a CDN) when set
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def _int(name: str, default: int) -> int:
@@ -69,4 +75,6 @@ def load_settings() -> Settings:
         secret=os.environ.get("WL_SECRET") or None,
         pool_size=_positive("WL_POOL_SIZE", DEFAULT_POOL_SIZE),
         read_database_url=os.environ.get("WL_READ_DATABASE_URL") or None,
+        metrics_token=_flag("WL_METRICS_TOKEN"),
+        docs=_flag("WL_DOCS"),
     )

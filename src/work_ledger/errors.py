@@ -14,6 +14,7 @@ reader that acts on it, often an LLM agent: what was refused, why, and what to d
     ├── InvariantViolation      409 a ledger rule refused the change (names `invariant`)
     │   └── AttemptSuperseded   409 the attempt written against is no longer live
     ├── PayloadTooLarge         413
+    ├── RateLimited             429 too many failed authentications (Retry-After)
     └── Unavailable             503 the database cannot be reached
 """
 
@@ -99,6 +100,12 @@ class PayloadTooLarge(WorkLedgerError):
     code = "payload_too_large"
     status = 413
     title = "Request body too large"
+
+
+class RateLimited(WorkLedgerError):
+    code = "rate_limited"
+    status = 429
+    title = "Too many failed authentications"
 
 
 class Unavailable(WorkLedgerError):

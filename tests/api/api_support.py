@@ -13,6 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 
 import served_app
+from work_ledger.api.connection import Limits
 from work_ledger.auth import Role, TokenStore
 from work_ledger.config import Settings
 
@@ -57,8 +58,8 @@ class Running:
     task: asyncio.Task[None]
 
 
-async def start_server(app: FastAPI) -> tuple[str, Running]:
-    url, server = served_app.uvicorn_server(app)
+async def start_server(app: FastAPI, limits: Limits | None = None) -> tuple[str, Running]:
+    url, server = served_app.uvicorn_server(app, limits)
     task = asyncio.create_task(server.serve())
     async with asyncio.timeout(30):
         while not server.started:

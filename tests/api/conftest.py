@@ -10,6 +10,8 @@ import httpx
 import pytest
 from api_support import Api, MakeApi, Running, settings_for, start_server, stop_server
 
+from work_ledger.api.connection import Limits
+from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.auth import Role
 
 
@@ -20,10 +22,12 @@ async def make_api(database_url: str, tmp_path: Path) -> AsyncIterator[MakeApi]:
 
     started: list[tuple[Api, Running]] = []
 
-    async def make(**overrides: Any) -> Api:
+    async def make(
+        limits: Limits | None = None, auth_failures: FailureLimiter | None = None, **overrides: Any
+    ) -> Api:
         settings = settings_for(database_url, tmp_path, **overrides)
-        app = create_app(settings, max_connections=8)
-        url, running = await start_server(app)
+        app = create_app(settings, max_connections=8, auth_failures=auth_failures)
+        url, running = await start_server(app, limits)
         api = Api(url, app)
         started.append((api, running))
         return api

@@ -7,7 +7,7 @@ import stat
 
 import httpx
 import pytest
-from api_support import Api, assert_problem, register, settings_for
+from api_support import Api, MakeApi, assert_problem, register, settings_for
 from structlog.testing import capture_logs
 
 from work_ledger.api.app import create_app
@@ -105,3 +105,21 @@ async def test_non_loopback_bind_without_tokens_is_refused(
     public = create_app(settings, host="0.0.0.0")
     async with public.router.lifespan_context(public):
         assert await public.state.tokens.count_live() == 1
+
+
+async def test_docs_are_off_and_metrics_open_by_default(api: Api) -> None:
+    """No /docs (its assets would load from a CDN) unless WL_DOCS; /metrics needs no token."""
+    client = api.client()
+    assert_problem(await client.get("/docs"), 404)
+    assert (await client.get("/metrics")).status_code == 200
+
+
+async def test_metrics_token_option_requires_a_token(make_api: MakeApi) -> None:
+    """With metrics_token, /metrics is 401 without a token and 200 with a reader's."""
+    api = await make_api(metrics_token=True, docs=True)
+    assert_problem(await api.client().get("/metrics"), 401, "unauthorized")
+    reader = await api.as_role(Role.READER, "scraper")
+    response = await reader.get("/metrics")
+    assert response.status_code == 200
+    assert "work_ledger_units" in response.text
+    assert (await api.client().get("/docs")).status_code == 200

@@ -16,10 +16,12 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from work_ledger.api import metrics, problems
+from work_ledger.api import metrics, problems, wire
 from work_ledger.api.deps import document_headers
+from work_ledger.api.direct import DirectRoutes
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.middleware import EdgeMiddleware
+from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.api.routes import attempts, events, health, projection, questions, units
 from work_ledger.auth import OPERATOR_TOKEN_FILE, Role, TokenStore, load_secret, write_private
 from work_ledger.config import Settings
@@ -77,6 +79,7 @@ def create_app(
     host: str = "127.0.0.1",
     bootstrap: bool = False,
     max_connections: int | None = None,
+    auth_failures: FailureLimiter | None = None,
 ) -> FastAPI:
     """The API over `settings.database_url` (or the embedded server)."""
 
@@ -111,17 +114,25 @@ def create_app(
         description="The durable accounting ledger for fleets of AI coding agents. "
         "Errors are RFC 9457 application/problem+json.",
         lifespan=lifespan,
+        # Swagger UI loads its assets from a CDN: off unless asked for (WL_DOCS=1).
+        docs_url="/docs" if settings.docs else None,
+        redoc_url=None,
+        # No OpenTelemetry here: /metrics and the access log are the ledger's telemetry,
+        # and a disabled exporter still cost a check per request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
+    app.state.auth_failures = auth_failures or FailureLimiter()
     app.state.bootstrap = bootstrap
     problems.install(app)
-    app.add_middleware(EdgeMiddleware)
-    metrics.install(app)  # GET /metrics; times every request (outside the edge)
-
     # events before units, whose /units/{unit} would otherwise take /units/{unit}/events.
     routers = (health, events, units, attempts, questions, projection)
     for module in routers:
         app.include_router(module.router)
+    routes = [route for module in routers for route in module.router.routes]
+    app.add_middleware(DirectRoutes, fastapi_app=app, routes=routes)  # innermost
+    app.add_middleware(EdgeMiddleware)
+    metrics.install(app, token=settings.metrics_token)  # times every request (outside the edge)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -131,11 +142,12 @@ def create_app(
                 description=app.description,
                 routes=app.routes,
             )
-            document_headers(schema, [r for module in routers for r in module.router.routes])
+            document_headers(schema, routes)
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components["Problem"] = problems.Problem.model_json_schema(
                 ref_template="#/components/schemas/{model}"
             )
+            components.update(wire.body_schemas())
             app.openapi_schema = schema
         return app.openapi_schema
 

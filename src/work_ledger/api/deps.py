@@ -46,10 +46,11 @@ from work_ledger.api.keyed import (
     replay,
     stored,
 )
+from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.auth import Principal, Role, TokenStore
 from work_ledger.db.store import translated_errors
 from work_ledger.domain import Actor
-from work_ledger.errors import Forbidden, Unauthorized, WorkLedgerError
+from work_ledger.errors import Forbidden, RateLimited, Unauthorized, WorkLedgerError
 from work_ledger.idempotency import MAX_KEY_LENGTH, IdempotencyStore, check_key, request_hash
 from work_ledger.service import Ledger
 
@@ -109,13 +110,34 @@ async def authenticate(request: Request) -> Caller:
             "no token: send `Authorization: Bearer wl_<prefix>_<secret>` with a token from "
             "`work-ledger token create --role ROLE --principal NAME`"
         )
-    tokens: TokenStore = request.app.state.tokens
-    principal = await tokens.verify(token.strip())
-    request.state.principal = principal.principal
+    principal = await _verified(request, token.strip())
     caller = Caller(principal, acting_agent(principal, request.headers.get(AGENT_HEADER)))
     request.state.caller = caller
     request.state.principal = caller.agent
     return caller
+
+
+async def _verified(request: Request, token: str) -> Principal:
+    """The token's principal: from the cache, else looked up unless this client has
+    failed too often (429)."""
+    tokens: TokenStore = request.app.state.tokens
+    found = tokens.cached(token)
+    if found is not None:
+        return found
+    limiter: FailureLimiter = request.app.state.auth_failures
+    client = request.client.host if request.client is not None else ""
+    wait = limiter.retry_after(client)
+    if wait:
+        raise RateLimited(
+            f"too many failed authentications from {client}; wait {wait} s (Retry-After) and "
+            "send a valid token from `work-ledger token create`",
+            extra={"retry_after": wait},
+        )
+    try:
+        return await tokens.verify(token)
+    except Unauthorized:
+        limiter.failed(client)
+        raise
 
 
 def require(*roles: Role) -> Callable[..., Awaitable[Caller]]:
@@ -207,20 +229,24 @@ class IdempotentRoute(APIRoute):
         handler = super().get_route_handler()
         if "POST" not in (self.methods or ()):
             return handler
-        apart, long_poll = self.path in APART_PATHS, self.path in LONG_POLL_PATHS
-        claim = self.path in CLAIM_PATHS
 
         async def idempotent(request: Request) -> Response:
             key = request.headers.get("idempotency-key")
             if key is None:
                 return await handler(request)
-            if apart:
-                return await _run_apart(request, check_key(key), handler)
-            if long_poll and _wait_seconds(await request.body()) > 0:
-                return await _run_looks(request, check_key(key), handler)
-            return await _run_atomic(request, check_key(key), handler, rerunnable=claim)
+            return await self.run_keyed(self.path, request, key, handler)
 
         return idempotent
+
+    @staticmethod
+    async def run_keyed(path: str, request: Request, key: str, handler: Handler) -> Response:
+        """Run `handler` for a write to `path` carrying Idempotency-Key `key`."""
+        key = check_key(key)
+        if path in APART_PATHS:
+            return await _run_apart(request, key, handler)
+        if path in LONG_POLL_PATHS and _wait_seconds(await request.body()) > 0:
+            return await _run_looks(request, key, handler)
+        return await _run_atomic(request, key, handler, rerunnable=path in CLAIM_PATHS)
 
 
 async def _keyed(request: Request) -> tuple[str, bytes, bytes]:

@@ -1,8 +1,9 @@
 """The edge of every request: the 1 MiB body limit and one JSON access log line.
 
-Pure ASGI (no BaseHTTPMiddleware): a body is read once, counted, and handed on; one over
-the limit is answered 413 problem+json before any handler runs. The access line names
-the principal, method, path, status, unit and duration.
+Pure ASGI (no BaseHTTPMiddleware). The body is not read here: a declared Content-Length
+over the limit is answered 413 problem+json at once, and a body streamed past it raises
+PayloadTooLarge from `receive`, so the route reads it only after authenticating the
+caller. The access line names the principal, method, path, status, unit and duration.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from work_ledger.api.problems import problem_response
+from work_ledger.errors import PayloadTooLarge
 
 MAX_BODY_BYTES = 1 << 20
 access_log = structlog.get_logger("work_ledger.access")
@@ -35,13 +37,15 @@ def configure_logging(level: int = logging.INFO) -> None:
     )
 
 
+_TOO_LARGE = (
+    "the request body is over {limit} bytes; send at most 1000 units per batch and "
+    "evidence as links, never payloads"
+)
+
+
 def _too_large(limit: int) -> Any:
     return problem_response(
-        413,
-        "payload_too_large",
-        "Request body too large",
-        f"the request body is over {limit} bytes; send at most 1000 units per batch and "
-        "evidence as links, never payloads",
+        413, "payload_too_large", "Request body too large", _TOO_LARGE.format(limit=limit)
     )
 
 
@@ -64,11 +68,10 @@ class EdgeMiddleware:
             await send(message)
 
         try:
-            body = await self._read_body(scope, receive)
-            if body is None:
+            if self._declared(scope) > self.max_body:
                 await _too_large(self.max_body)(scope, receive, send_logged)
                 return
-            await self.app(scope, _replay(body, receive), send_logged)
+            await self.app(scope, _limited(receive, self.max_body), send_logged)
         finally:
             state = scope.get("state") or {}
             access_log.info(
@@ -81,39 +84,25 @@ class EdgeMiddleware:
                 duration_ms=round((time.perf_counter() - started) * 1000, 2),
             )
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
-        """The whole body, or None when it is over the limit."""
+    @staticmethod
+    def _declared(scope: Scope) -> int:
         for name, value in scope["headers"]:
             if name == b"content-length":
-                try:
-                    if int(value) > self.max_body:
-                        return None
-                except ValueError:
-                    pass
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
+                return int(value) if value.isdigit() else 0
+        return 0
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
+def _limited(receive: Receive, limit: int) -> Receive:
+    """`receive`, refusing a body that streams past `limit` bytes."""
+    size = 0
 
-    async def replayed() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
+    async def counted() -> Message:
+        nonlocal size
+        message = await receive()
+        if message["type"] == "http.request":
+            size += len(message.get("body", b""))
+            if size > limit:
+                raise PayloadTooLarge(_TOO_LARGE.format(limit=limit))
+        return message
 
-    return replayed
+    return counted

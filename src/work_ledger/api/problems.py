@@ -82,7 +82,11 @@ def error_response(exc: WorkLedgerError) -> JSONResponse:
         extra["allowed"] = list(exc.allowed)
     elif exc.unit_id is not None:
         extra.update(unit_id=exc.unit_id, state=exc.state, allowed=list(exc.allowed))
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    headers = None
+    if exc.status == 401:
+        headers = {"WWW-Authenticate": "Bearer"}
+    elif exc.status == 429:
+        headers = {"Retry-After": str(exc.extra.get("retry_after", 1))}
     return problem_response(exc.status, exc.code, exc.title, exc.detail, headers=headers, **extra)
 
 
@@ -182,7 +186,8 @@ def _problem_content(description: str) -> dict[str, Any]:
 
 
 UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
-    401: _problem_content("Missing, unknown or revoked token")
+    401: _problem_content("Missing, unknown or revoked token"),
+    429: _problem_content("Too many failed authentications from this client (Retry-After)"),
 }
 FORBIDDEN: dict[int | str, dict[str, Any]] = {
     403: _problem_content("The token's role, or the unit's holder, forbids this")

@@ -145,6 +145,7 @@ def serve(
     import uvicorn
 
     from work_ledger.api.app import create_app, is_loopback
+    from work_ledger.api.connection import server_options
     from work_ledger.api.middleware import configure_logging
 
     tls = _tls_files(tls_cert, tls_key)
@@ -160,9 +161,9 @@ def serve(
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
         access_log=False,
         log_level="warning",
         ssl_certfile=tls and tls[0],
         ssl_keyfile=tls and tls[1],
+        **server_options(),  # header size, read deadlines, keep-alive, connection cap
     )

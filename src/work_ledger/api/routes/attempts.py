@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 
 from work_ledger.api import problems
 from work_ledger.api.deps import (
@@ -15,7 +15,9 @@ from work_ledger.api.deps import (
     require,
     unit_logged,
 )
+from work_ledger.api.direct import direct
 from work_ledger.api.schemas import AttemptOut, CostIn, LeaseIn, UnitAttemptOut, UnitOut
+from work_ledger.api.wire import answer, body_doc, json_body
 from work_ledger.auth import Role
 from work_ledger.service import Ledger
 
@@ -35,23 +37,37 @@ class AttemptUnitOut(UnitAttemptOut):
     unit: UnitOut
 
 
-@router.post("/attempts/{attempt_id}/heartbeat")
+@router.post(
+    "/attempts/{attempt_id}/heartbeat",
+    response_model=UnitAttemptOut,
+    openapi_extra=body_doc(LeaseIn),
+)
+@direct
 async def heartbeat(
-    request: Request, attempt_id: uuid.UUID, body: LeaseIn, svc: LedgerDep, caller: Agent
-) -> UnitAttemptOut:
+    request: Request, attempt_id: uuid.UUID, svc: LedgerDep, caller: Agent
+) -> Response:
     """Extend the lease of your live attempt; 409 attempt_superseded means stop working."""
+    body = await json_body(request, LeaseIn)
     unit, attempt = await svc.heartbeat(
         attempt_id, caller.actor(), lease_seconds=body.lease_seconds
     )
     unit_logged(request, unit.id)
-    return UnitAttemptOut.model_validate({"unit": unit, "attempt": attempt}, from_attributes=True)
+    return answer(
+        UnitAttemptOut.model_validate({"unit": unit, "attempt": attempt}, from_attributes=True)
+    )
 
 
-@router.post("/attempts/{attempt_id}/cost")
+@router.post(
+    "/attempts/{attempt_id}/cost", response_model=AttemptUnitOut, openapi_extra=body_doc(CostIn)
+)
+@direct
 async def record_cost(
-    request: Request, attempt_id: uuid.UUID, body: CostIn, svc: LedgerDep, caller: Agent
-) -> AttemptUnitOut:
+    request: Request, attempt_id: uuid.UUID, svc: LedgerDep, caller: Agent
+) -> Response:
     """Add spent cents to an attempt (and its unit); recorded even after the attempt ended."""
+    body = await json_body(request, CostIn)
     unit, attempt = await svc.record_cost(attempt_id, body.cost_cents, caller.actor())
     unit_logged(request, unit.id)
-    return AttemptUnitOut.model_validate({"attempt": attempt, "unit": unit}, from_attributes=True)
+    return answer(
+        AttemptUnitOut.model_validate({"attempt": attempt, "unit": unit}, from_attributes=True)
+    )

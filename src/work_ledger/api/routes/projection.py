@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import AwareDatetime, BaseModel, Field, StringConstraints
 from pydantic import Strict as StrictMark
 
 from work_ledger.api import problems
 from work_ledger.api.deps import Caller, IdempotentRoute, ledger, require
+from work_ledger.api.direct import direct
 from work_ledger.api.schemas import Body
+from work_ledger.api.wire import MAX_FREE_DEPTH, FreeJson, answer, body_doc, json_body
 from work_ledger.auth import Role
 from work_ledger.projection import MAX_EVENT_ID, MAX_ID, Projector, WorkflowEvent
 from work_ledger.service import MAX_BATCH, Ledger
@@ -41,9 +43,10 @@ class WorkflowEventIn(Body):
         "started", "progressed", "completed", "failed", "cancelled", "terminated", "timed_out"
     ]
     occurred_at: AwareDatetime
-    detail: dict[str, Any] = Field(
+    detail: FreeJson = Field(
         default_factory=dict,
-        description="Free JSON kept with the event; `evidence_url` is required for completed.",
+        description="Free JSON kept with the event; `evidence_url` is required for completed. "
+        f"Nests at most {MAX_FREE_DEPTH} levels.",
     )
 
 
@@ -70,9 +73,13 @@ class ProjectionOut(BaseModel):
     results: list[EventResultOut]
 
 
-@router.post("/projection/events")
-async def project_events(body: ProjectionIn, svc: LedgerDep, _: ProjectorRole) -> ProjectionOut:
+@router.post(
+    "/projection/events", response_model=ProjectionOut, openapi_extra=body_doc(ProjectionIn)
+)
+@direct
+async def project_events(request: Request, svc: LedgerDep, _: ProjectorRole) -> Response:
     """Record workflow events and apply each new one to its unit (see the README's mapping)."""
+    body = await json_body(request, ProjectionIn)
     events = [WorkflowEvent(**e.model_dump()) for e in body.events]
     report = await Projector(svc).project(events)
-    return ProjectionOut.model_validate(report.as_json())
+    return answer(ProjectionOut.model_validate(report.as_json()))

@@ -7,7 +7,7 @@ import asyncio
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from work_ledger.api import problems
 from work_ledger.api.deps import (
@@ -18,6 +18,7 @@ from work_ledger.api.deps import (
     require,
     unit_logged,
 )
+from work_ledger.api.direct import direct
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.schemas import (
     MAX_LIMIT,
@@ -27,6 +28,7 @@ from work_ledger.api.schemas import (
     QuestionPage,
     RouteIn,
 )
+from work_ledger.api.wire import answer, body_doc, json_body
 from work_ledger.auth import Role
 from work_ledger.domain import QuestionStatus
 from work_ledger.service import Ledger
@@ -97,29 +99,38 @@ async def get_question(
 @router.post(
     "/questions/{question_id}/cancel",
     responses=problems.WRITE_RESPONSES,
+    response_model=QuestionOut,
+    openapi_extra=body_doc(CancelIn),
 )
+@direct
 async def cancel_question(
     request: Request,
     question_id: uuid.UUID,
-    body: CancelIn,
     svc: LedgerDep,
     caller: Annotated[Caller, Depends(require(Role.AGENT, Role.TRIAGE))],
-) -> QuestionOut:
+) -> Response:
     """Withdraw an open question (its holder, triage or an operator); the unit resumes."""
+    body = await json_body(request, CancelIn)
     question = await svc.cancel_question(question_id, caller.actor(Role.TRIAGE), reason=body.reason)
     unit_logged(request, question.unit_id)
-    return QuestionOut.model_validate(question)
+    return answer(QuestionOut.model_validate(question))
 
 
-@router.post("/questions/{question_id}/route", responses=problems.WRITE_RESPONSES)
+@router.post(
+    "/questions/{question_id}/route",
+    responses=problems.WRITE_RESPONSES,
+    response_model=QuestionOut,
+    openapi_extra=body_doc(RouteIn),
+)
+@direct
 async def route(
     request: Request,
     question_id: uuid.UUID,
-    body: RouteIn,
     svc: LedgerDep,
     caller: Annotated[Caller, Depends(require(Role.TRIAGE))],
-) -> QuestionOut:
+) -> Response:
     """Record the human queue's item for an open question, once (the same id again: no-op)."""
+    body = await json_body(request, RouteIn)
     question = await route_question(svc.store, question_id, body.external_task_id, caller.agent)
     unit_logged(request, question.unit_id)
-    return QuestionOut.model_validate(question)
+    return answer(QuestionOut.model_validate(question))

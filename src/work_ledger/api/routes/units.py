@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from work_ledger.api import problems
 from work_ledger.api.deps import (
@@ -19,6 +19,7 @@ from work_ledger.api.deps import (
     require,
     unit_logged,
 )
+from work_ledger.api.direct import direct
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.schemas import (
     MAX_LIMIT,
@@ -39,6 +40,7 @@ from work_ledger.api.schemas import (
     UnitPage,
     UnitQuestionOut,
 )
+from work_ledger.api.wire import answer, body_doc, json_body
 from work_ledger.auth import Role
 from work_ledger.domain import Claim, Disposition, NewUnit, Outcome, State
 from work_ledger.errors import InvalidInput
@@ -54,45 +56,58 @@ UnitRef = Annotated[
     Path(min_length=1, max_length=256, description="The unit's id (uuid) or its external_ref."),
 ]
 LedgerDep = Annotated[Ledger, Depends(ledger)]
+Agent = Annotated[Caller, Depends(require(Role.AGENT))]
+AgentOrHarness = Annotated[Caller, Depends(require(Role.AGENT, Role.HARNESS))]
 
 
-@router.post("/units", responses=problems.WRITE_RESPONSES)
+@router.post(
+    "/units",
+    responses=problems.WRITE_RESPONSES,
+    response_model=RegisterOut,
+    openapi_extra=body_doc(RegisterIn),
+)
+@direct
 async def register_units(
-    body: RegisterIn,
-    svc: LedgerDep,
-    caller: Annotated[Caller, Depends(require())],
-) -> RegisterOut:
+    request: Request, svc: LedgerDep, caller: Annotated[Caller, Depends(require())]
+) -> Response:
     """Register a batch of units (operator). Known external_refs are left as they are."""
+    body = await json_body(request, RegisterIn)
     units = [NewUnit(u.external_ref, u.fleet, u.domain, u.workflow_id) for u in body.units]
     registered = await svc.register(units, caller.actor())
     created = sum(1 for r in registered if r.created)
-    return RegisterOut(
-        created=created,
-        existing=len(registered) - created,
-        units=[RegisteredOut.model_validate(r) for r in registered],
+    return answer(
+        RegisterOut(
+            created=created,
+            existing=len(registered) - created,
+            units=[RegisteredOut.model_validate(r) for r in registered],
+        )
     )
 
 
-def _claim_out(request: Request, claim: Claim) -> ClaimOut:
+def _claim_out(request: Request, claim: Claim) -> Response:
     if claim.unit is not None:
         unit_logged(request, claim.unit.id)
-    return ClaimOut.model_validate(
-        {"unit": claim.unit, "attempt": claim.attempt, "resumed": claim.resumed},
-        from_attributes=True,
+    return answer(
+        ClaimOut.model_validate(
+            {"unit": claim.unit, "attempt": claim.attempt, "resumed": claim.resumed},
+            from_attributes=True,
+        )
     )
 
 
-@router.post("/units/claim", responses=problems.WRITE_RESPONSES)
-async def claim_next(
-    request: Request,
-    body: ClaimIn,
-    svc: LedgerDep,
-    caller: Annotated[Caller, Depends(require(Role.AGENT))],
-) -> ClaimOut:
+@router.post(
+    "/units/claim",
+    responses=problems.WRITE_RESPONSES,
+    response_model=ClaimOut,
+    openapi_extra=body_doc(ClaimIn),
+)
+@direct
+async def claim_next(request: Request, svc: LedgerDep, caller: Agent) -> Response:
     """Claim the oldest claimable unit, or get back the one you hold (`resumed`).
 
     With `wait_seconds`, waits until a unit becomes claimable; `unit` is null when none
     did in time. Use the returned `attempt.id` for heartbeats, cost and fencing."""
+    body = await json_body(request, ClaimIn)
     notifier: Notifier = request.app.state.notifier
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.wait_seconds
@@ -117,30 +132,39 @@ async def claim_next(
             queue.leave(turn, claimed=claimed, looking_again=looking_again)
 
 
-@router.post("/units/{unit:path}/claim", responses=problems.WRITE_RESPONSES)
-async def claim_named(
-    request: Request,
-    unit: UnitRef,
-    body: LeaseIn,
-    svc: LedgerDep,
-    caller: Annotated[Caller, Depends(require(Role.AGENT))],
-) -> UnitAttemptOut:
+@router.post(
+    "/units/{unit:path}/claim",
+    responses=problems.WRITE_RESPONSES,
+    response_model=UnitAttemptOut,
+    openapi_extra=body_doc(LeaseIn),
+)
+@direct
+async def claim_named(request: Request, unit: UnitRef, svc: LedgerDep, caller: Agent) -> Response:
     """Claim this unit; 409 naming the holder and lease expiry if it is held or closed."""
+    body = await json_body(request, LeaseIn)
     claim = await svc.claim_named(unit, caller.agent, lease_seconds=body.lease_seconds)
-    out = _claim_out(request, claim)
-    return UnitAttemptOut.model_validate({"unit": out.unit, "attempt": out.attempt})
+    if claim.unit is not None:
+        unit_logged(request, claim.unit.id)
+    return answer(
+        UnitAttemptOut.model_validate(
+            {"unit": claim.unit, "attempt": claim.attempt}, from_attributes=True
+        )
+    )
 
 
-@router.post("/units/{unit:path}/transition", responses=problems.WRITE_RESPONSES)
+@router.post(
+    "/units/{unit:path}/transition",
+    responses=problems.WRITE_RESPONSES,
+    response_model=UnitAttemptOut,
+    openapi_extra=body_doc(TransitionIn),
+)
+@direct
 async def transition(
-    request: Request,
-    unit: UnitRef,
-    body: TransitionIn,
-    svc: LedgerDep,
-    caller: Annotated[Caller, Depends(require(Role.AGENT, Role.HARNESS))],
-) -> UnitAttemptOut:
+    request: Request, unit: UnitRef, svc: LedgerDep, caller: AgentOrHarness
+) -> Response:
     """Start (`to: in_progress`), verify (`to: verified` with `evidence_url`) or release
     (`to: ready`, `outcome` failed or abandoned) a unit you hold."""
+    body = await json_body(request, TransitionIn)
     if body.to != "verified":
         refuse_role(caller, Role.HARNESS, f"move a unit to {body.to}; a harness only verifies")
     if body.to == "verified":
@@ -173,8 +197,10 @@ async def transition(
             attempt_id=body.attempt_id,
         )
     unit_logged(request, result[0].id)
-    return UnitAttemptOut.model_validate(
-        {"unit": result[0], "attempt": result[1]}, from_attributes=True
+    return answer(
+        UnitAttemptOut.model_validate(
+            {"unit": result[0], "attempt": result[1]}, from_attributes=True
+        )
     )
 
 
@@ -182,15 +208,15 @@ async def transition(
     "/units/{unit:path}/block",
     status_code=201,
     responses=problems.WRITE_RESPONSES,
+    response_model=UnitQuestionOut,
+    openapi_extra=body_doc(BlockIn),
 )
+@direct
 async def block(
-    request: Request,
-    unit: UnitRef,
-    body: BlockIn,
-    svc: LedgerDep,
-    caller: Annotated[Caller, Depends(require(Role.AGENT, Role.HARNESS))],
-) -> UnitQuestionOut:
+    request: Request, unit: UnitRef, svc: LedgerDep, caller: AgentOrHarness
+) -> Response:
     """Block an in_progress unit on a question; its lease pauses until the answer."""
+    body = await json_body(request, BlockIn)
     found, question = await svc.block(
         unit,
         caller.actor(Role.HARNESS),
@@ -199,38 +225,46 @@ async def block(
         attempt_id=body.attempt_id,
     )
     unit_logged(request, found.id)
-    return UnitQuestionOut.model_validate(
-        {"unit": found, "question": question}, from_attributes=True
+    return answer(
+        UnitQuestionOut.model_validate({"unit": found, "question": question}, from_attributes=True),
+        201,
     )
 
 
-@router.post("/units/{unit:path}/unblock", responses=problems.WRITE_RESPONSES)
+@router.post(
+    "/units/{unit:path}/unblock",
+    responses=problems.WRITE_RESPONSES,
+    response_model=UnitQuestionOut,
+    openapi_extra=body_doc(UnblockIn),
+)
+@direct
 async def unblock(
     request: Request,
     unit: UnitRef,
-    body: UnblockIn,
     svc: LedgerDep,
     caller: Annotated[Caller, Depends(require(Role.TRIAGE))],
-) -> UnitQuestionOut:
+) -> Response:
     """Answer a blocked unit's open question; the unit resumes in_progress for its holder."""
+    body = await json_body(request, UnblockIn)
     found, question = await svc.unblock(
         unit, body.answer, caller.actor(Role.TRIAGE), question_id=body.question_id
     )
     unit_logged(request, found.id)
-    return UnitQuestionOut.model_validate(
-        {"unit": found, "question": question}, from_attributes=True
+    return answer(
+        UnitQuestionOut.model_validate({"unit": found, "question": question}, from_attributes=True)
     )
 
 
-@router.post("/units/{unit:path}/dispose", responses=problems.WRITE_RESPONSES)
-async def dispose(
-    request: Request,
-    unit: UnitRef,
-    body: DisposeIn,
-    svc: LedgerDep,
-    caller: Annotated[Caller, Depends(require(Role.AGENT))],
-) -> DisposeOut:
+@router.post(
+    "/units/{unit:path}/dispose",
+    responses=problems.WRITE_RESPONSES,
+    response_model=DisposeOut,
+    openapi_extra=body_doc(DisposeIn),
+)
+@direct
+async def dispose(request: Request, unit: UnitRef, svc: LedgerDep, caller: Agent) -> Response:
     """Close a unit for good: MIGRATED (from verified), DROPPED, DEFERRED or DEAD."""
+    body = await json_body(request, DisposeIn)
     found = await svc.dispose(
         unit,
         body.disposition,
@@ -240,7 +274,7 @@ async def dispose(
         attempt_id=body.attempt_id,
     )
     unit_logged(request, found.id)
-    return DisposeOut.model_validate({"unit": found}, from_attributes=True)
+    return answer(DisposeOut.model_validate({"unit": found}, from_attributes=True))
 
 
 @router.get("/units")

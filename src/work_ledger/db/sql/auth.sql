@@ -6,6 +6,10 @@ INSERT INTO wl_api_tokens (prefix, token_hash, role, principal)
 VALUES ($1, $2, $3, $4)
 RETURNING prefix, role, principal, created_at, revoked_at;
 
+-- name: token_prefixes
+-- Every prefix minted (live or revoked): a prefix outside it is refused with no lookup.
+SELECT prefix FROM wl_api_tokens;
+
 -- name: token_by_prefix
 SELECT prefix, token_hash, role, principal, created_at, revoked_at
 FROM wl_api_tokens

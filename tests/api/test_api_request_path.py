@@ -1,0 +1,84 @@
+"""The request path's pure parts: every write on the direct path, bodies documented, the
+nesting scan, the failure limiter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from work_ledger.api import wire
+from work_ledger.api.app import create_app
+from work_ledger.api.direct import DirectRoutes
+from work_ledger.api.ratelimit import FailureLimiter
+from work_ledger.config import Settings
+
+
+@pytest.fixture(scope="module")
+def app() -> Any:
+    settings = Settings(
+        database_url="postgresql://unused/unused",
+        home=Path("/nonexistent"),
+        lease_seconds=60,
+        stall_seconds=None,
+        evidence_allowed_prefixes=(),
+        url="",
+        token=None,
+        secret="x" * 32,
+    )
+    return create_app(settings)
+
+
+def test_every_write_is_on_the_direct_path(app: Any) -> None:
+    """Each POST of the API is planned by DirectRoutes (none falls to per-request solving)."""
+    direct = next(m for m in app.user_middleware if m.cls is DirectRoutes)
+    routes = direct.kwargs["routes"]
+    posts = {r.path for r in routes if "POST" in (getattr(r, "methods", None) or ())}
+    planned = DirectRoutes(app, app, routes).plans("POST")
+    assert len(posts) >= 11
+    assert posts == {plan.route.path for plan in planned}
+
+
+def test_every_post_body_is_documented(app: Any) -> None:
+    """Each POST's requestBody names a schema present in components."""
+    schema = app.openapi()
+    for path, operations in schema["paths"].items():
+        post = operations.get("post")
+        if post is None:
+            continue
+        ref = post["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert ref.rsplit("/", 1)[1] in schema["components"]["schemas"], path
+        assert {"name": "Idempotency-Key"}.items() <= post["parameters"][-1].items(), path
+
+
+@pytest.mark.parametrize(
+    ("document", "path"),
+    [
+        (b'{"events":[{"detail":' + b'{"a":' * 300, ["events", 0, "detail", "a", "a", "a"]),
+        (b'{"x":"{[\\"","y":[1,[2,' + b"[" * 300, ["y", 1, 1, 0, 0, 0]),
+        (b"[" * 100_000, [0, 0, 0, 0, 0, 0]),
+    ],
+)
+def test_deep_path_names_where_nesting_passes_the_limit(document: bytes, path: list[Any]) -> None:
+    """Strings with brackets are skipped; keys and indexes are followed (first 6 shown)."""
+    assert wire._deep_path(document, shown=6) == path
+
+
+def test_free_form_depth_is_counted_without_recursion() -> None:
+    """A 100,000-deep value is measured by the loop (stopping past the limit)."""
+    deep: Any = {}
+    for _ in range(100_000):
+        deep = {"a": [deep]}
+    assert wire._depth({"a": {"b": 1}}) == 2
+    assert wire._depth(deep) == wire.MAX_FREE_DEPTH + 1
+
+
+def test_failure_limiter_allows_a_burst_then_refills() -> None:
+    """`burst` failures pass, the next waits about 1/per_second; other clients unaffected."""
+    limiter = FailureLimiter(burst=2, per_second=0.5)
+    for _ in range(2):
+        assert limiter.retry_after("a") == 0
+        limiter.failed("a")
+    assert limiter.retry_after("a") == 2
+    assert limiter.retry_after("b") == 0
