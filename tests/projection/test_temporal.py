@@ -17,7 +17,6 @@ from projection_streams import EVIDENCE, register_workflows, token
 
 from work_ledger.auth import Role
 from work_ledger.domain import State
-from work_ledger.projection import build_source_event_id
 from work_ledger.service import Ledger
 from work_ledger.temporal.events import (
     ACTIVITY_NAME,
@@ -26,6 +25,7 @@ from work_ledger.temporal.events import (
     lifecycle_event,
 )
 from work_ledger.temporal.forwarder import ForwardRefused, ForwardUnavailable, LedgerForwarder
+from work_ledger.temporal.lifecycle import source_event_id
 
 temporalio = pytest.importorskip("temporalio")
 from temporalio import workflow  # noqa: E402  (after the skip: the extra may be absent)
@@ -89,13 +89,14 @@ async def _forwarder(
 def test_started_key_is_the_key_the_ledger_builds() -> None:
     """started is history event 1 of its run; the key matches the ledger's own format."""
     event = _lifecycle("started")
-    assert event["source_event_id"] == build_source_event_id("migrations", "wf-1", "run-1", 1)
+    assert event["source_event_id"] == source_event_id("migrations", "wf-1", "run-1", 1)
     assert event["event_id"] == 1
 
 
 def test_close_key_is_one_per_run_and_ordered_after_start() -> None:
     """Every close of a run shares one key, so a run closes at most once in the ledger."""
-    keys = {_lifecycle(kind)["source_event_id"] for kind in ("completed", "failed", "cancelled")}
+    closes = ("completed", "failed", "cancelled", "terminated", "timed_out")
+    keys = {_lifecycle(kind)["source_event_id"] for kind in closes}
     assert keys == {"temporal/migrations/wf-1/run-1/close"}
     assert _lifecycle("failed")["event_id"] == 12
 
@@ -109,10 +110,10 @@ def test_progress_key_is_the_history_length_at_the_call() -> None:
     )
 
 
-def test_lifecycle_event_refuses_kinds_it_cannot_observe() -> None:
-    """terminated and timed_out cannot be seen from worker code: building one is an error."""
-    with pytest.raises(ValueError, match="forwards started, progressed and completed"):
-        _lifecycle("terminated")
+def test_lifecycle_event_refuses_words_that_are_no_step() -> None:
+    """Only started, progressed and the closes are lifecycle events: anything else is an error."""
+    with pytest.raises(ValueError, match="started, progressed or a close"):
+        _lifecycle("TimerFired")
 
 
 def test_evidence_url_prefers_the_result_then_the_template() -> None:
