@@ -72,7 +72,9 @@ def evidence_url(
     return template.format(namespace=namespace, workflow_id=workflow_id, run_id=run_id)
 
 
-def idempotency_key(events: Sequence[Mapping[str, Any]]) -> str:
-    """One key per batch, the same on every retry of it (sha256 of its source ids)."""
-    joined = "\n".join(str(e["source_event_id"]) for e in events)
+def idempotency_key(events: Sequence[Mapping[str, Any]], salt: str = "") -> str:
+    """One key per batch, the same on every retry of it (sha256 of its source ids). The
+    follower salts it per pass: a later pass re-sending the same events must be told what
+    they do now (duplicates), not the answer the ledger stored for the first delivery."""
+    joined = "\n".join([salt, *(str(e["source_event_id"]) for e in events)])
     return "wl-projection-" + hashlib.sha256(joined.encode()).hexdigest()

@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +72,7 @@ class PassReport:
     temporal_rpcs: int = 0
     ledger_requests: int = 0
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
+    salt: str = field(default_factory=lambda: uuid.uuid4().hex)  # this pass's Idempotency-Key
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -250,7 +252,7 @@ class Follower:
 
     async def _send(self, batch: list[dict[str, Any]], report: PassReport) -> None:
         report.ledger_requests += 1
-        answer = await self.forwarder.send(batch)
+        answer = await self.forwarder.send(batch, salt=report.salt)
         report.sent += len(batch)
         for name in COUNTS:
             report.counts[name] += int(answer.get(name, 0))
