@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 
-import pytest
-
-pytest.importorskip("temporalio")
-
-from temporalio.client import Client  # noqa: E402  (after the skip: the extra may be absent)
-from temporal_support import (  # noqa: E402
+from temporal_support import (
     TEMPLATE,
     follower,
     ids,
@@ -21,10 +15,9 @@ from temporal_support import (  # noqa: E402
     until,
     worker,
 )
+from temporalio.client import Client
 
-from work_ledger.domain import Disposition, State  # noqa: E402
-from work_ledger.service import Ledger  # noqa: E402
-from work_ledger.temporal.checkpoint import FollowState  # noqa: E402
+from work_ledger.service import Ledger
 
 
 async def _states(ledger: Ledger, names: dict[str, str]) -> dict[str, tuple[str, str | None]]:
