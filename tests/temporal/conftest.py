@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -91,6 +92,20 @@ class Served:
     app: FastAPI
     url: str
     projector_token: str
+    paths: list[str]  # every HTTP request's path, in order
+
+
+class _Counting:
+    """The app, with the path of every HTTP request it served written down."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        self.paths: list[str] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.paths.append(scope["path"])
+        await self.app(scope, receive, send)
 
 
 @pytest.fixture
@@ -100,7 +115,8 @@ async def served(database_url: str, tmp_path: Path) -> AsyncIterator[Served]:
 
     settings = settings_for(database_url, tmp_path, secret="temporal-test-secret")
     app = create_app(settings, max_connections=8)
-    url, server = uvicorn_server(app)
+    counting = _Counting(app)
+    url, server = uvicorn_server(counting)  # type: ignore[arg-type]  (any ASGI app serves)
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(30):
@@ -110,7 +126,7 @@ async def served(database_url: str, tmp_path: Path) -> AsyncIterator[Served]:
                 await asyncio.sleep(0.01)
         tokens: TokenStore = app.state.tokens
         token, _ = await tokens.create(Role.PROJECTOR, "temporal")
-        yield Served(app, url, token)
+        yield Served(app, url, token, counting.paths)
     finally:
         server.should_exit = True
         await task

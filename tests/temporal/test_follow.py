@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 
+import pytest
 from temporal_support import (
     TEMPLATE,
     follower,
@@ -17,7 +19,10 @@ from temporal_support import (
 )
 from temporalio.client import Client
 
+from served_app import free_port
 from work_ledger.service import Ledger
+from work_ledger.temporal.checkpoint import FollowState
+from work_ledger.temporal.forwarder import ForwardUnavailable
 
 
 async def _states(ledger: Ledger, names: dict[str, str]) -> dict[str, tuple[str, str | None]]:
@@ -78,5 +83,117 @@ async def test_follower_alone_projects_every_close_kind(
         "transitioned:claimed->in_progress",
         "released:in_progress->ready",
         "disposed:ready->abandoned",
+    ]
+    assert await ledger.audit() == []
+
+
+async def test_plugin_and_follower_apply_each_transition_once(
+    ledger: Ledger, served, temporal_address: str, namespace: str, database_url: str
+) -> None:
+    """Both sources on: the plugin projects first, the follower's same steps are duplicates;
+    each transition is in the event log once, and a further pass applies nothing."""
+    client = await Client.connect(temporal_address, namespace=namespace)
+    names = ids("complete", "fail", "terminate")
+    await register(ledger, *names.values())
+    async with worker(client, url=served.url, token=served.projector_token) as queue:
+        done = [await start(client, queue, names[m], m) for m in ("complete", "fail")]
+        stopped = await start(client, queue, names["terminate"], "wait")
+        await until(
+            lambda: _held(ledger, names["terminate"]), lambda: asyncio.sleep(0)
+        )  # the plugin projected the start
+        await stopped.terminate("no worker code runs for this")
+        await settle([*done, stopped])
+    follow = follower(client, database_url, served.url, served.projector_token)
+    wanted = {
+        "complete": ("verified", None),
+        "fail": ("ready", None),
+        "terminate": ("abandoned", "DEFERRED"),
+    }
+
+    async def converged() -> bool:
+        return await _states(ledger, names) == wanted
+
+    await until(converged, follow.run_pass)
+    again = await follow.run_pass(describe=True)
+    assert again.counts["applied"] == 0
+    assert await transitions(ledger, names["complete"]) == [
+        "claimed:ready->claimed",
+        "transitioned:claimed->in_progress",
+        "transitioned:in_progress->verified",
+    ]
+    assert await transitions(ledger, names["fail"]) == [
+        "claimed:ready->claimed",
+        "transitioned:claimed->in_progress",
+        "released:in_progress->ready",
+    ]
+    assert await ledger.audit() == []
+
+
+async def _held(ledger: Ledger, workflow_id: str) -> bool:
+    return (await ledger.get_unit(f"unit-{workflow_id}")).unit.state == "in_progress"
+
+
+async def test_follower_converges_after_the_ledger_was_down(
+    ledger: Ledger, served, temporal_address: str, namespace: str, database_url: str
+) -> None:
+    """Runs close while the ledger is unreachable: the pass fails, the checkpoint stays
+    where it was, and once the ledger is back every unit reflects its run."""
+    client = await Client.connect(temporal_address, namespace=namespace)
+    names = ids("complete", "fail")
+    await register(ledger, *names.values())
+    async with worker(client) as queue:
+        await settle([await start(client, queue, names[m], m) for m in names])
+    down = follower(client, database_url, f"http://127.0.0.1:{free_port()}", "wl_x_y")
+    with pytest.raises(ForwardUnavailable):
+        await down.run_pass()
+    assert await FollowState(database_url).checkpoint(namespace) is None
+    back = follower(client, database_url, served.url, served.projector_token)
+
+    async def converged() -> bool:
+        return await _states(ledger, names) == {
+            "complete": ("verified", None),
+            "fail": ("ready", None),
+        }
+
+    await until(converged, back.run_pass)
+    assert await FollowState(database_url).checkpoint(namespace) is not None
+    assert await ledger.audit() == []
+
+
+class _KilledBeforeCheckpoint(FollowState):
+    async def advance(self, namespace: str, swept_until: dt.datetime) -> dt.datetime:
+        raise SystemExit("killed between the ingest and the checkpoint")
+
+
+async def test_follower_killed_before_its_checkpoint_applies_nothing_twice(
+    ledger: Ledger, served, temporal_address: str, namespace: str, database_url: str
+) -> None:
+    """A follower dies after the ledger took its events but before its checkpoint moved:
+    the next one sweeps the same window again, every event a duplicate, each transition
+    in the log once."""
+    client = await Client.connect(temporal_address, namespace=namespace)
+    names = ids("complete")
+    await register(ledger, *names.values())
+    async with worker(client) as queue:
+        await settle([await start(client, queue, names["complete"], "complete")])
+    dying = follower(client, database_url, served.url, served.projector_token)
+    dying.state = _KilledBeforeCheckpoint(database_url)
+
+    async def verified() -> bool:
+        return (await _states(ledger, names))["complete"] == ("verified", None)
+
+    async def pass_then_die() -> None:
+        with pytest.raises(SystemExit):
+            await dying.run_pass()
+
+    await until(verified, pass_then_die)
+    assert await FollowState(database_url).checkpoint(namespace) is None
+    restarted = await follower(client, database_url, served.url, served.projector_token).run_pass()
+    assert (restarted.counts["applied"], restarted.counts["duplicates"]) == (0, 2)
+    assert await FollowState(database_url).checkpoint(namespace) == restarted.hi
+    assert await transitions(ledger, names["complete"]) == [
+        "claimed:ready->claimed",
+        "transitioned:claimed->in_progress",
+        "transitioned:in_progress->verified",
     ]
     assert await ledger.audit() == []
