@@ -1,0 +1,325 @@
+"""The Temporal follower: lag from a run's close to its unit's state, and a pass's cost.
+
+    uv run python bench/temporal_follow.py                      # burst 1000; closed 1000, 100000
+    uv run python bench/temporal_follow.py --burst 200 --closed 1000,10000   # smaller
+
+Starts its own Temporal dev server (the `temporal` CLI of the dev dependencies, in
+memory, free ports), its own embedded PostgreSQL and `work-ledger serve`, all stopped at
+exit. Two measurements:
+
+- **burst**: N units, N workflows started and waiting on a signal, the follower (default
+  settings, no worker plugin) running; once every unit is in_progress, all N are signalled
+  at once and complete. Lag per unit = the ledger's `verified` event time minus Temporal's
+  close time (one machine, one clock). Every pass's Temporal RPCs and ledger requests are
+  recorded.
+- **closed**: a namespace filled with N closed executions (workflows started with a 1 s
+  execution timeout and no worker: each times out by itself, one start RPC each), older
+  than the follower's overlap; then 20 fresh runs close and a new follower (checkpoint just
+  before them) makes one pass. Its wall time and RPCs, median of 5 such passes, for each N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from work_ledger.auth import Role, TokenStore
+from work_ledger.db.connect import create_pool, ensure_database, with_database
+from work_ledger.db.embedded import embedded_server_url
+from work_ledger.db.store import Store
+from work_ledger.domain import Actor, NewUnit
+from work_ledger.runtime import migrate_database
+from work_ledger.service import Ledger
+from work_ledger.temporal.checkpoint import FollowState
+from work_ledger.temporal.executions import TemporalReader
+from work_ledger.temporal.follower import Follower, FollowSettings, PassReport
+from work_ledger.temporal.forwarder import LedgerForwarder
+
+BIN = Path(sys.executable).parent
+SECRET = "bench-temporal-secret"
+EVIDENCE = "https://ci.example/runs/bench"
+RUNNER = UnsandboxedWorkflowRunner()  # the workflow lives in __main__ beside the harness
+
+
+@workflow.defn(name="BenchMigrate")
+class BenchMigrate:
+    def __init__(self) -> None:
+        self.go = False
+
+    @workflow.signal
+    def proceed(self) -> None:
+        self.go = True
+
+    @workflow.run
+    async def run(self, wait: bool) -> dict[str, str]:
+        if wait:
+            await workflow.wait_condition(lambda: self.go)
+        return {"evidence_url": EVIDENCE}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def temporal_server(home: Path, namespaces: list[str]) -> Iterator[str]:
+    port = free_port()
+    args = [str(BIN / "temporal"), "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
+    args += ["--port", str(port), "--http-port", str(free_port())]
+    args += ["--metrics-port", str(free_port()), "--log-level", "error"]
+    for ns in namespaces:
+        args += ["--namespace", ns]
+    with open(home / "temporal.log", "wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_port(port)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def _wait_port(port: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+@contextlib.asynccontextmanager
+async def ledger_served(home: Path) -> AsyncIterator[tuple[Ledger, str, str, str]]:
+    """(service, URL, projector token, database URL) of a served ledger."""
+    admin = embedded_server_url(home / "pg", delete_on_exit=True)
+    await ensure_database(admin, "work_ledger")
+    database_url = with_database(admin, "work_ledger")
+    await migrate_database(database_url)
+    pool = await create_pool(database_url, min_size=1, max_size=4)
+    ledger = Ledger(Store(pool))
+    token, _ = await TokenStore(Store(pool), SECRET.encode()).create(Role.PROJECTOR, "temporal")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WL_")}
+    env |= {"WL_DATABASE_URL": database_url, "WL_HOME": str(home), "WL_SECRET": SECRET}
+    serve = await asyncio.create_subprocess_exec(
+        *(str(BIN / "work-ledger"), "serve", "--port", str(port)),
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient() as client:
+            for _ in range(600):
+                with contextlib.suppress(httpx.TransportError):
+                    if (await client.get(f"{url}/readyz")).status_code == 200:
+                        break
+                await asyncio.sleep(0.1)
+        yield ledger, url, token, database_url
+    finally:
+        serve.terminate()
+        await serve.wait()
+        await pool.close()
+
+
+def worker(client: Client, queue: str) -> Worker:
+    return Worker(client, task_queue=queue, workflows=[BenchMigrate], workflow_runner=RUNNER)
+
+
+def follower(client: Client, database_url: str, url: str, token: str, **kw: Any) -> Follower:
+    return Follower(
+        TemporalReader(client),
+        FollowState(database_url),
+        LedgerForwarder(url, token),
+        namespace=client.namespace,
+        settings=FollowSettings(**kw),
+    )
+
+
+async def _gather_limited(coros: list[Any], limit: int = 32) -> list[Any]:
+    gate = asyncio.Semaphore(limit)
+
+    async def one(c: Any) -> Any:
+        async with gate:
+            return await c
+
+    return await asyncio.gather(*(one(c) for c in coros))
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def burst(address: str, n: int, home: Path) -> dict[str, Any]:
+    client = await Client.connect(address, namespace="bench-burst")
+    async with ledger_served(home / "burst") as (ledger, url, token, database_url):
+        tag = uuid.uuid4().hex[:6]
+        ids = [f"burst-{tag}-{i}" for i in range(n)]
+        units = [NewUnit(f"unit-{w}", "bench", "orders", workflow_id=w) for w in ids]
+        for i in range(0, n, 1000):
+            await ledger.register(units[i : i + 1000], Actor("operator", privileged=True))
+        passes: list[PassReport] = []
+        follow = follower(client, database_url, url, token)
+        stop = asyncio.Event()
+        queue = f"bench-{tag}"
+        async with Worker(
+            client, task_queue=queue, workflows=[BenchMigrate], workflow_runner=RUNNER
+        ):
+            handles = await _gather_limited(
+                [client.start_workflow("BenchMigrate", True, id=w, task_queue=queue) for w in ids]
+            )
+            task = asyncio.create_task(follow.follow(stop, passes.append))
+            await _until_count(ledger, "in_progress", n)
+            before = len(passes)
+            signalled = time.monotonic()
+            await _gather_limited([h.signal("proceed") for h in handles])
+            await _until_count(ledger, "verified", n)
+            converged = time.monotonic() - signalled
+            stop.set()
+            await task
+        closes = {
+            r.workflow_id: r.close_time
+            for r in await TemporalReader(client).runs("ExecutionStatus = 'Completed'")
+        }
+        rows = await ledger.store.pool.fetch(
+            "SELECT u.workflow_id, e.created_at FROM work_unit_events e JOIN work_units u "
+            "ON u.id = e.unit_id WHERE e.to_state = 'verified'"
+        )
+        lags = [(r["created_at"] - closes[r["workflow_id"]]).total_seconds() for r in rows]
+        during = passes[before:]
+        busy = [p for p in during if p.sent]
+        return {
+            "workflows": n,
+            "lag_p50_s": round(_pct(lags, 0.5), 3),
+            "lag_p99_s": round(_pct(lags, 0.99), 3),
+            "lag_max_s": round(max(lags), 3),
+            "all_verified_after_signal_s": round(converged, 2),
+            "passes_during_burst": len(during),
+            "passes_with_events": len(busy),
+            "temporal_rpcs_per_busy_pass": [p.temporal_rpcs for p in busy],
+            "ledger_requests_per_busy_pass": [p.ledger_requests for p in busy],
+            "runs_per_busy_pass": [p.runs for p in busy],
+            "temporal_rpcs_per_idle_pass": sorted({p.temporal_rpcs for p in during if not p.sent}),
+        }
+
+
+async def _until_count(ledger: Ledger, state: str, n: int) -> None:
+    async with asyncio.timeout(900):
+        while True:
+            count = await ledger.store.pool.fetchval(
+                "SELECT count(*) FROM work_units WHERE state = $1", state
+            )
+            if count >= n:
+                return
+            await asyncio.sleep(0.05)
+
+
+async def closed_pass(address: str, n: int, home: Path, overlap: float) -> dict[str, Any]:
+    namespace = f"bench-closed-{n}"
+    client = await Client.connect(address, namespace=namespace)
+    tag = uuid.uuid4().hex[:6]
+    filled = time.monotonic()
+    await _gather_limited(
+        [
+            client.start_workflow(
+                "BenchMigrate",
+                False,
+                id=f"old-{tag}-{i}",
+                task_queue="nobody",
+                execution_timeout=dt.timedelta(seconds=1),
+            )
+            for i in range(n)
+        ],
+        limit=64,
+    )
+    reader = TemporalReader(client)
+    while True:
+        count = (await client.count_workflows("ExecutionStatus = 'TimedOut'")).count
+        if count >= n:
+            break
+        await asyncio.sleep(1)
+    fill_s = time.monotonic() - filled
+    await asyncio.sleep(overlap + 2)  # the old closes now lie before every window
+    async with ledger_served(home / f"closed-{n}") as (ledger, url, token, database_url):
+        fresh = [f"fresh-{tag}-{i}" for i in range(20)]
+        units = [NewUnit(f"unit-{w}", "bench", "orders", workflow_id=w) for w in fresh]
+        await ledger.register(units, Actor("operator", privileged=True))
+        mark = dt.datetime.now(dt.UTC)
+        await FollowState(database_url).advance(namespace, mark)
+        queue = f"bench-{tag}"
+        async with Worker(
+            client, task_queue=queue, workflows=[BenchMigrate], workflow_runner=RUNNER
+        ):
+            for w in fresh:
+                await client.execute_workflow("BenchMigrate", False, id=w, task_queue=queue)
+        await asyncio.sleep(1)
+        samples = []
+        for _ in range(5):
+            f = follower(client, database_url, url, token, overlap=overlap, lag=0.0)
+            started = time.perf_counter()
+            report = await f.run_pass(describe=False)
+            samples.append((time.perf_counter() - started, report))
+        del reader
+        return {
+            "closed_in_namespace": n,
+            "fill_seconds": round(fill_s, 1),
+            "pass_ms_median": round(statistics.median(s for s, _ in samples) * 1000, 1),
+            "pass_ms_all": [round(s * 1000, 1) for s, _ in samples],
+            "runs_in_window": samples[0][1].runs,
+            "temporal_rpcs": samples[0][1].temporal_rpcs,
+            "ledger_requests": samples[0][1].ledger_requests,
+        }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--burst", type=int, default=1000)
+    parser.add_argument("--closed", default="1000,100000")
+    parser.add_argument("--overlap", type=float, default=60.0)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.closed.split(",") if s]
+    home = Path(tempfile.mkdtemp(prefix="wl-bench-temporal-"))
+    namespaces = ["bench-burst", *(f"bench-closed-{n}" for n in sizes)]
+    result: dict[str, Any] = {"started": dt.datetime.now(dt.UTC).isoformat()}
+    with temporal_server(home, namespaces) as address:
+        if args.burst:
+            result["burst"] = await burst(address, args.burst, home)
+            print(json.dumps(result["burst"]), flush=True)
+        result["closed"] = []
+        for n in sizes:
+            row = await closed_pass(address, n, home, args.overlap)
+            result["closed"].append(row)
+            print(json.dumps(row), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"temporal-follow-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=2))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
