@@ -26,6 +26,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -112,11 +113,11 @@ def _wait_port(port: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def ledger_served(home: Path) -> AsyncIterator[tuple[Ledger, str, str, str]]:
-    """(service, URL, projector token, database URL) of a served ledger."""
-    admin = embedded_server_url(home / "pg", delete_on_exit=True)
-    await ensure_database(admin, "work_ledger")
-    database_url = with_database(admin, "work_ledger")
+async def ledger_served(admin: str, home: Path) -> AsyncIterator[tuple[Ledger, str, str, str]]:
+    """(service, URL, projector token, database URL) of a ledger served on a new database."""
+    name = f"wl_{home.name.replace('-', '_')}"
+    await ensure_database(admin, name)
+    database_url = with_database(admin, name)
     await migrate_database(database_url)
     pool = await create_pool(database_url, min_size=1, max_size=4)
     ledger = Ledger(Store(pool))
@@ -174,9 +175,9 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def burst(address: str, n: int, home: Path) -> dict[str, Any]:
+async def burst(address: str, admin: str, n: int, home: Path) -> dict[str, Any]:
     client = await Client.connect(address, namespace="bench-burst")
-    async with ledger_served(home / "burst") as (ledger, url, token, database_url):
+    async with ledger_served(admin, home / "burst") as (ledger, url, token, database_url):
         tag = uuid.uuid4().hex[:6]
         ids = [f"burst-{tag}-{i}" for i in range(n)]
         units = [NewUnit(f"unit-{w}", "bench", "orders", workflow_id=w) for w in ids]
@@ -238,7 +239,9 @@ async def _until_count(ledger: Ledger, state: str, n: int) -> None:
             await asyncio.sleep(0.05)
 
 
-async def closed_pass(address: str, n: int, home: Path, overlap: float) -> dict[str, Any]:
+async def closed_pass(
+    address: str, admin: str, n: int, home: Path, overlap: float
+) -> dict[str, Any]:
     namespace = f"bench-closed-{n}"
     client = await Client.connect(address, namespace=namespace)
     tag = uuid.uuid4().hex[:6]
@@ -264,7 +267,7 @@ async def closed_pass(address: str, n: int, home: Path, overlap: float) -> dict[
         await asyncio.sleep(1)
     fill_s = time.monotonic() - filled
     await asyncio.sleep(overlap + 2)  # the old closes now lie before every window
-    async with ledger_served(home / f"closed-{n}") as (ledger, url, token, database_url):
+    async with ledger_served(admin, home / f"closed-{n}") as (ledger, url, token, database_url):
         fresh = [f"fresh-{tag}-{i}" for i in range(20)]
         units = [NewUnit(f"unit-{w}", "bench", "orders", workflow_id=w) for w in fresh]
         await ledger.register(units, Actor("operator", privileged=True))
@@ -306,19 +309,21 @@ async def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="wl-bench-temporal-"))
     namespaces = ["bench-burst", *(f"bench-closed-{n}" for n in sizes)]
     result: dict[str, Any] = {"started": dt.datetime.now(dt.UTC).isoformat()}
+    admin = embedded_server_url(home / "pg", delete_on_exit=True)
     with temporal_server(home, namespaces) as address:
         if args.burst:
-            result["burst"] = await burst(address, args.burst, home)
+            result["burst"] = await burst(address, admin, args.burst, home)
             print(json.dumps(result["burst"]), flush=True)
         result["closed"] = []
         for n in sizes:
-            row = await closed_pass(address, n, home, args.overlap)
+            row = await closed_pass(address, admin, n, home, args.overlap)
             result["closed"].append(row)
             print(json.dumps(row), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"temporal-follow-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2))
     print(f"wrote {path}")
+    shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":

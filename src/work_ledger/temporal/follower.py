@@ -33,9 +33,9 @@ import contextlib
 import datetime as dt
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from work_ledger.temporal.checkpoint import FollowState
 from work_ledger.temporal.events import evidence_url, lifecycle_event
@@ -43,8 +43,11 @@ from work_ledger.temporal.executions import Run, TemporalReader
 from work_ledger.temporal.forwarder import ForwardRefused, LedgerForwarder
 from work_ledger.temporal.lifecycle import STATUS_STEPS, step_key
 
+T = TypeVar("T")
 log = logging.getLogger("work_ledger.temporal.follow")
-BATCH = 500
+BATCH = 100  # events per ledger request; a workflow's events always share one
+SENDS = 4  # ledger requests in flight (serve's default database pool is 4)
+READS = 32  # Temporal reads (describe, result) in flight
 COUNTS = ("applied", "duplicates", "refused", "stale", "unmatched")
 
 
@@ -156,24 +159,25 @@ class Follower:
         running = await self.reader.running_started_between(report.lo, report.hi)
         report.runs = len(closed) + len(running)
         events = [self._started(run) for run in running]
-        for run in closed:
-            events += await self._of_closed(run, report)
+        for found in await _bounded([self._of_closed(run, report) for run in closed], READS):
+            events += found
         return events
 
     async def _described(self, report: PassReport, seen: set[str]) -> list[dict[str, Any]]:
+        held = [w for w in await self.state.held_workflows() if w not in seen]
+        report.described = len(held)
         events: list[dict[str, Any]] = []
-        for workflow_id in await self.state.held_workflows():
-            if workflow_id in seen:
-                continue
-            run = await self.reader.describe(workflow_id)
-            report.described += 1
-            if run is None:
-                continue
-            if run.status == "running":
-                events.append(self._started(run))
-            else:
-                events += await self._of_closed(run, report)
+        for found in await _bounded([self._describe(w, report) for w in held], READS):
+            events += found
         return events
+
+    async def _describe(self, workflow_id: str, report: PassReport) -> list[dict[str, Any]]:
+        run = await self.reader.describe(workflow_id)
+        if run is None:
+            return []
+        if run.status == "running":
+            return [self._started(run)]
+        return await self._of_closed(run, report)
 
     def _started(self, run: Run) -> dict[str, Any]:
         return self._event("started", run, run.start_time, {})
@@ -240,15 +244,16 @@ class Follower:
             if e["source_event_id"] not in self.delivered:
                 fresh.setdefault(e["source_event_id"], e)
         ordered = sorted(fresh.values(), key=lambda e: (e["occurred_at"], e["event_id"]))
-        for i in range(0, len(ordered), BATCH):
-            batch = ordered[i : i + BATCH]
-            try:
-                await self._send(batch, report)
-            except ForwardRefused as exc:
-                if exc.status != 422:
-                    raise
-                for event in batch:  # one malformed event must not hold back the others
-                    await self._send_alone(event, report)
+        await _bounded([self._send_batch(b, report) for b in _batches(ordered)], SENDS)
+
+    async def _send_batch(self, batch: list[dict[str, Any]], report: PassReport) -> None:
+        try:
+            await self._send(batch, report)
+        except ForwardRefused as exc:
+            if exc.status != 422:
+                raise
+            for event in batch:  # one malformed event must not hold back the others
+                await self._send_alone(event, report)
 
     async def _send(self, batch: list[dict[str, Any]], report: PassReport) -> None:
         report.ledger_requests += 1
@@ -267,3 +272,28 @@ class Follower:
                 raise
             report.rejected += 1
             log.warning("the ledger refused %s: %s", event["source_event_id"], exc.detail)
+
+
+def _batches(ordered: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Batches of about BATCH events, each workflow's events in one batch and in order, so
+    batches may be sent side by side without reordering any unit's steps."""
+    by_workflow: dict[str, list[dict[str, Any]]] = {}
+    for event in ordered:
+        by_workflow.setdefault(event["workflow_id"], []).append(event)
+    batches: list[list[dict[str, Any]]] = [[]]
+    for events in by_workflow.values():
+        if batches[-1] and len(batches[-1]) + len(events) > BATCH:
+            batches.append([])
+        batches[-1].extend(events)
+    return [b for b in batches if b]
+
+
+async def _bounded(coros: list[Coroutine[Any, Any, T]], limit: int) -> list[T]:
+    """Await all, at most `limit` at a time, results in order."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(coro: Coroutine[Any, Any, T]) -> T:
+        async with gate:
+            return await coro
+
+    return await asyncio.gather(*(one(c) for c in coros))
