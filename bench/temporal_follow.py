@@ -224,6 +224,8 @@ async def burst(address: str, admin: str, n: int, home: Path) -> dict[str, Any]:
             "temporal_rpcs_per_busy_pass": [p.temporal_rpcs for p in busy],
             "ledger_requests_per_busy_pass": [p.ledger_requests for p in busy],
             "runs_per_busy_pass": [p.runs for p in busy],
+            "read_seconds_per_busy_pass": [p.read_seconds for p in busy],
+            "deliver_seconds_per_busy_pass": [p.deliver_seconds for p in busy],
             "temporal_rpcs_per_idle_pass": sorted({p.temporal_rpcs for p in during if not p.sent}),
         }
 
@@ -295,6 +297,9 @@ async def closed_pass(
             "runs_in_window": samples[0][1].runs,
             "temporal_rpcs": samples[0][1].temporal_rpcs,
             "ledger_requests": samples[0][1].ledger_requests,
+            "read_ms_median": round(
+                statistics.median(r.read_seconds for _, r in samples) * 1000, 1
+            ),
         }
 
 

@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -74,6 +75,8 @@ class PassReport:
     rejected: int = 0
     temporal_rpcs: int = 0
     ledger_requests: int = 0
+    read_seconds: float = 0.0  # reading Temporal
+    deliver_seconds: float = 0.0  # the ledger's ingest
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
     salt: str = field(default_factory=lambda: uuid.uuid4().hex)  # this pass's Idempotency-Key
 
@@ -88,6 +91,8 @@ class PassReport:
             "rejected": self.rejected,
             "temporal_rpcs": self.temporal_rpcs,
             "ledger_requests": self.ledger_requests,
+            "read_seconds": self.read_seconds,
+            "deliver_seconds": self.deliver_seconds,
             **self.counts,
         }
 
@@ -129,10 +134,14 @@ class Follower:
         start = checkpoint or now - dt.timedelta(seconds=s.lookback)
         report = PassReport(min(start - dt.timedelta(seconds=s.overlap), hi), hi)
         rpcs_before = self.reader.rpcs
+        began = time.perf_counter()
         events = await self._swept(report)
         if describe:
             events += await self._described(report, {e["workflow_id"] for e in events})
+        read = time.perf_counter()
         await self._deliver(events, report)
+        report.read_seconds = round(read - began, 3)
+        report.deliver_seconds = round(time.perf_counter() - read, 3)
         await self.state.advance(self.namespace, hi)
         if describe:
             self.described_at = now
