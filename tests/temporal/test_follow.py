@@ -44,15 +44,36 @@ EXPECTED = {
 }
 
 
-async def test_follower_alone_projects_every_close_kind(
-    ledger: Ledger, served, temporal_address: str, namespace: str, database_url: str
+START = ["claimed:ready->claimed", "transitioned:claimed->in_progress"]
+TRANSITIONS = {
+    "complete": [*START, "transitioned:in_progress->verified"],
+    "plain": [*START, "transitioned:in_progress->verified"],
+    "fail": [*START, "released:in_progress->ready"],
+    "timeout": [*START, "released:in_progress->ready"],
+    "terminate": [*START, "released:in_progress->ready", "disposed:ready->abandoned"],
+    "cancel": [*START, "released:in_progress->ready", "disposed:ready->abandoned"],
+    "continue": [*START, "transitioned:in_progress->verified"],
+}
+
+
+@pytest.mark.parametrize("plugin", [False, True], ids=["follower-alone", "plugin-and-follower"])
+async def test_every_close_kind_reaches_its_state_each_transition_once(
+    ledger: Ledger,
+    served,
+    temporal_address: str,
+    namespace: str,
+    database_url: str,
+    plugin: bool,
 ) -> None:
-    """No plugin: completed, failed, timed out, terminated, cancelled and continued-as-new
-    runs reach the README's states; a further pass applies nothing; audit is clean."""
+    """Completed, failed, timed out, terminated, cancelled and continued-as-new runs reach
+    the README's states through the follower alone, or with the worker plugin projecting
+    first (the follower's same steps are then duplicates); each transition is in the log
+    once, a further pass applies nothing, and the audit is clean."""
     client = await Client.connect(temporal_address, namespace=namespace)
     names = ids(*EXPECTED)
     await register(ledger, *names.values())
-    async with worker(client) as queue:
+    source = {"url": served.url, "token": served.projector_token} if plugin else {}
+    async with worker(client, **source) as queue:
         handles = [await start(client, queue, names[m], m) for m in ("complete", "plain", "fail")]
         handles.append(await start(client, queue, names["continue"], "continue"))
         waiting = {
@@ -63,6 +84,9 @@ async def test_follower_alone_projects_every_close_kind(
                 ("cancel", {}),
             )
         }
+        if plugin:  # the plugin projects the starts before these runs end
+            for m in ("terminate", "cancel"):
+                await until(lambda m=m: _held(ledger, names[m]), lambda: asyncio.sleep(0))
         await waiting["terminate"].terminate("operator stopped it")
         await waiting["cancel"].cancel()
         await settle([*handles, *waiting.values()])
@@ -78,54 +102,8 @@ async def test_follower_alone_projects_every_close_kind(
         client, database_url, served.url, served.projector_token, evidence_url_template=TEMPLATE
     ).run_pass(describe=True)
     assert (again.counts["applied"], again.sent > 0) == (0, True)
-    assert await transitions(ledger, names["terminate"]) == [
-        "claimed:ready->claimed",
-        "transitioned:claimed->in_progress",
-        "released:in_progress->ready",
-        "disposed:ready->abandoned",
-    ]
-    assert await ledger.audit() == []
-
-
-async def test_plugin_and_follower_apply_each_transition_once(
-    ledger: Ledger, served, temporal_address: str, namespace: str, database_url: str
-) -> None:
-    """Both sources on: the plugin projects first, the follower's same steps are duplicates;
-    each transition is in the event log once, and a further pass applies nothing."""
-    client = await Client.connect(temporal_address, namespace=namespace)
-    names = ids("complete", "fail", "terminate")
-    await register(ledger, *names.values())
-    async with worker(client, url=served.url, token=served.projector_token) as queue:
-        done = [await start(client, queue, names[m], m) for m in ("complete", "fail")]
-        stopped = await start(client, queue, names["terminate"], "wait")
-        await until(
-            lambda: _held(ledger, names["terminate"]), lambda: asyncio.sleep(0)
-        )  # the plugin projected the start
-        await stopped.terminate("no worker code runs for this")
-        await settle([*done, stopped])
-    follow = follower(client, database_url, served.url, served.projector_token)
-    wanted = {
-        "complete": ("verified", None),
-        "fail": ("ready", None),
-        "terminate": ("abandoned", "DEFERRED"),
-    }
-
-    async def converged() -> bool:
-        return await _states(ledger, names) == wanted
-
-    await until(converged, follow.run_pass)
-    again = await follow.run_pass(describe=True)
-    assert again.counts["applied"] == 0
-    assert await transitions(ledger, names["complete"]) == [
-        "claimed:ready->claimed",
-        "transitioned:claimed->in_progress",
-        "transitioned:in_progress->verified",
-    ]
-    assert await transitions(ledger, names["fail"]) == [
-        "claimed:ready->claimed",
-        "transitioned:claimed->in_progress",
-        "released:in_progress->ready",
-    ]
+    for kind, workflow_id in names.items():
+        assert (kind, await transitions(ledger, workflow_id)) == (kind, TRANSITIONS[kind])
     assert await ledger.audit() == []
 
 
