@@ -41,6 +41,7 @@ from typing import Any
 import httpx
 from temporalio import workflow
 from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from work_ledger.auth import Role, TokenStore
@@ -241,11 +242,24 @@ async def _until_count(ledger: Ledger, state: str, n: int) -> None:
             await asyncio.sleep(0.05)
 
 
+async def _namespace_ready(client: Client) -> None:
+    """The dev server registers its namespaces at start, but a frontend may not know one
+    for a few seconds ("namespace not found"): wait for it."""
+    async with asyncio.timeout(60):
+        while True:
+            try:
+                await client.count_workflows()
+                return
+            except RPCError:
+                await asyncio.sleep(1)
+
+
 async def closed_pass(
     address: str, admin: str, n: int, home: Path, overlap: float
 ) -> dict[str, Any]:
     namespace = f"bench-closed-{n}"
     client = await Client.connect(address, namespace=namespace)
+    await _namespace_ready(client)
     tag = uuid.uuid4().hex[:6]
     filled = time.monotonic()
     await _gather_limited(
