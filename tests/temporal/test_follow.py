@@ -175,3 +175,27 @@ async def test_follower_killed_before_its_checkpoint_applies_nothing_twice(
         "transitioned:in_progress->verified",
     ]
     assert await ledger.audit() == []
+
+
+async def test_describe_finds_a_close_outside_every_window(
+    ledger: Ledger, served, temporal_address: str, namespace: str, database_url: str
+) -> None:
+    """A run closes before the checkpoint (as when visibility indexes a close later than
+    the overlap): no sweep sees it, the describe of the held unit does."""
+    client = await Client.connect(temporal_address, namespace=namespace)
+    names = ids("late")
+    await register(ledger, names["late"])
+    async with worker(client) as queue:
+        handle = await start(client, queue, names["late"], "wait")
+        first = follower(client, database_url, served.url, served.projector_token)
+        await until(lambda: _held(ledger, names["late"]), first.run_pass)
+        await handle.terminate("closed while the follower looked away")
+        await settle([handle])
+    await FollowState(database_url).advance(namespace, dt.datetime.now(dt.UTC))
+    blind = follower(client, database_url, served.url, served.projector_token, overlap=0.0)
+    swept = await blind.run_pass(describe=False)
+    assert (swept.sent, await _states(ledger, names)) == (0, {"late": ("in_progress", None)})
+    described = await blind.run_pass(describe=True)
+    assert (described.described, described.counts["applied"]) == (1, 1)
+    assert await _states(ledger, names) == {"late": ("abandoned", "DEFERRED")}
+    assert await ledger.audit() == []

@@ -12,8 +12,10 @@ then); the follower reads the server. One *pass*:
    StartTime in [lo, hi)` (runs that started). A pass reads a window, so its cost follows
    the traffic of that window, never the namespace's closed history;
 3. on a describe pass (the first, `--once`, then every `describe_every` seconds), describe
-   each workflow whose unit the projection still holds (strongly consistent): a close
-   visibility indexed outside every window is still projected;
+   each workflow whose unit the projection still holds and that visibility does not list
+   as running (describe is strongly consistent): a close visibility indexed outside every
+   window is still projected, and a fleet of long runs costs a list page per 1,000 runs,
+   not a describe each;
 4. post the events through the ledger's ingest (`POST /projection/events`, projector
    token), keyed by `lifecycle.step_key` like the plugin's, so whichever source comes first
    applies a step and the other is a duplicate;
@@ -49,6 +51,7 @@ log = logging.getLogger("work_ledger.temporal.follow")
 BATCH = 100  # events per ledger request; a workflow's events always share one
 SENDS = 4  # ledger requests in flight (serve's default database pool is 4)
 READS = 32  # Temporal reads (describe, result) in flight
+RUNNING = "ExecutionStatus = 'Running'"
 COUNTS = ("applied", "duplicates", "refused", "stale", "unmatched")
 
 
@@ -174,6 +177,9 @@ class Follower:
 
     async def _described(self, report: PassReport, seen: set[str]) -> list[dict[str, Any]]:
         held = [w for w in await self.state.held_workflows() if w not in seen]
+        if held:  # visibility's running list (a page per 1,000) spares most describes
+            running = {r.workflow_id for r in await self.reader.runs(RUNNING)}
+            held = [w for w in held if w not in running]
         report.described = len(held)
         events: list[dict[str, Any]] = []
         for found in await _bounded([self._describe(w, report) for w in held], READS):
