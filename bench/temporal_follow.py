@@ -42,6 +42,7 @@ from typing import Any
 import httpx
 from temporalio import workflow
 from temporalio.client import Client
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
@@ -257,7 +258,8 @@ async def _namespace_ready(client: Client) -> None:
 
 async def _start_retried(client: Client, workflow_id: str) -> None:
     """Start a run that times out by itself; the loaded dev server sometimes answers
-    "namespace not found" for a moment, so that is retried."""
+    "namespace not found" or lets the RPC time out, so those are retried (the workflow id
+    makes a retried start that did get through a refusal, not a second run)."""
     for attempt in range(30):
         try:
             await client.start_workflow(
@@ -268,8 +270,11 @@ async def _start_retried(client: Client, workflow_id: str) -> None:
                 execution_timeout=dt.timedelta(seconds=1),
             )
             return
+        except WorkflowAlreadyStartedError:
+            return  # an earlier attempt got through after all
         except RPCError as exc:
-            if exc.status is not RPCStatusCode.NOT_FOUND or attempt == 29:
+            retryable = (RPCStatusCode.NOT_FOUND, RPCStatusCode.DEADLINE_EXCEEDED)
+            if exc.status not in retryable or attempt == 29:
                 raise
             await asyncio.sleep(1)
 
@@ -277,7 +282,7 @@ async def _start_retried(client: Client, workflow_id: str) -> None:
 async def fill(client: Client, total: int, tag: str, already: int) -> None:
     """Bring the namespace to `total` timed-out executions."""
     await _gather_limited(
-        [_start_retried(client, f"old-{tag}-{i}") for i in range(already, total)], limit=64
+        [_start_retried(client, f"old-{tag}-{i}") for i in range(already, total)], limit=16
     )
     while True:
         if (await client.count_workflows("ExecutionStatus = 'TimedOut'")).count >= total:
