@@ -12,8 +12,8 @@ from projection_streams import token
 
 from served_app import app_running, settings_for
 from work_ledger.auth import Role
-from work_ledger.projection import Projector
 from work_ledger.service import Ledger
+from work_ledger.temporal.ingest import Projector
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from fastapi import FastAPI
 
 from work_ledger.auth import Role, TokenStore
 from work_ledger.domain import Actor, NewUnit
-from work_ledger.projection import WorkflowEvent
 from work_ledger.service import Ledger
+from work_ledger.temporal.ingest import WorkflowEvent
 
 OPERATOR = Actor("operator", privileged=True)
 EPOCH = dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.UTC)

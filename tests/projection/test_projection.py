@@ -15,13 +15,13 @@ from work_ledger.db.connect import create_pool
 from work_ledger.db.store import Store
 from work_ledger.domain import Actor, Disposition, Outcome, State
 from work_ledger.errors import InvalidInput
-from work_ledger.projection import (
+from work_ledger.service import Ledger
+from work_ledger.temporal.ingest import (
     EventOutcome,
     Projector,
     WorkflowEvent,
-    build_source_event_id,
 )
-from work_ledger.service import Ledger
+from work_ledger.temporal.lifecycle import source_event_id
 
 
 def _event(workflow_id: str, kind: str, event_id: int, **detail: object) -> WorkflowEvent:
@@ -246,7 +246,7 @@ async def test_malformed_batch_writes_nothing(
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"type": "paused"}, "is not one of"),
+        ({"type": "paused"}, "is neither a lifecycle step"),
         ({"occurred_at": dt.datetime(2026, 1, 1)}, "no time zone"),
         ({"run_id": None}, "no source_event_id"),
         ({"run_id": "a/b"}, "may not contain '/'"),
@@ -277,7 +277,7 @@ async def test_invalid_event_is_refused_with_its_rule(
 
 def test_source_event_id_is_namespace_workflow_run_event() -> None:
     """The built key names the namespace, workflow, run and event (default namespace)."""
-    assert build_source_event_id(None, "wf/a", "r-1", 7) == "temporal/default/wf/a/r-1/7"
+    assert source_event_id(None, "wf/a", "r-1", 7) == "temporal/default/wf/a/r-1/7"
 
 
 # -- exactly once ------------------------------------------------------------------------

@@ -16,8 +16,9 @@ from projection_streams import OPERATOR, Stream, register_workflows
 
 from work_ledger.domain import Disposition, State
 from work_ledger.errors import InvalidInput
-from work_ledger.projection import EventOutcome, Projector
-from work_ledger.reconcile import (
+from work_ledger.service import Ledger
+from work_ledger.temporal.ingest import EventOutcome, Projector
+from work_ledger.temporal.reconcile import (
     Execution,
     LedgerUnit,
     compare,
@@ -25,7 +26,6 @@ from work_ledger.reconcile import (
     load_executions,
     normalize_status,
 )
-from work_ledger.service import Ledger
 
 CLOSED = "2026-01-05T10:00:00Z"
 

@@ -1,12 +1,10 @@
-"""The Temporal side without a Temporal server: events, keys, and delivery with retries.
-
-What needs a running Temporal worker (the interceptor inside the workflow sandbox, the
-local activity's scheduling and replay) is not exercised here.
+"""The Temporal side without a Temporal server or its SDK: events, keys, and delivery with
+retries. What needs the SDK is in test_temporal_sdk.py; what needs a running server (the
+interceptor in a real worker, replay, the follower) in tests/temporal/.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 from typing import Any
 
@@ -17,22 +15,14 @@ from projection_streams import EVIDENCE, register_workflows, token
 
 from work_ledger.auth import Role
 from work_ledger.domain import State
-from work_ledger.projection import build_source_event_id
 from work_ledger.service import Ledger
 from work_ledger.temporal.events import (
-    ACTIVITY_NAME,
     evidence_url,
     idempotency_key,
     lifecycle_event,
 )
 from work_ledger.temporal.forwarder import ForwardRefused, ForwardUnavailable, LedgerForwarder
-
-temporalio = pytest.importorskip("temporalio")
-from temporalio import workflow  # noqa: E402  (after the skip: the extra may be absent)
-from temporalio.exceptions import ApplicationError  # noqa: E402
-
-from work_ledger.temporal.interceptor import close_kind  # noqa: E402
-from work_ledger.temporal.plugin import WorkLedgerPlugin, project_activity  # noqa: E402
+from work_ledger.temporal.lifecycle import source_event_id
 
 AT = dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.UTC)
 
@@ -89,13 +79,14 @@ async def _forwarder(
 def test_started_key_is_the_key_the_ledger_builds() -> None:
     """started is history event 1 of its run; the key matches the ledger's own format."""
     event = _lifecycle("started")
-    assert event["source_event_id"] == build_source_event_id("migrations", "wf-1", "run-1", 1)
+    assert event["source_event_id"] == source_event_id("migrations", "wf-1", "run-1", 1)
     assert event["event_id"] == 1
 
 
 def test_close_key_is_one_per_run_and_ordered_after_start() -> None:
     """Every close of a run shares one key, so a run closes at most once in the ledger."""
-    keys = {_lifecycle(kind)["source_event_id"] for kind in ("completed", "failed", "cancelled")}
+    closes = ("completed", "failed", "cancelled", "terminated", "timed_out")
+    keys = {_lifecycle(kind)["source_event_id"] for kind in closes}
     assert keys == {"temporal/migrations/wf-1/run-1/close"}
     assert _lifecycle("failed")["event_id"] == 12
 
@@ -109,10 +100,10 @@ def test_progress_key_is_the_history_length_at_the_call() -> None:
     )
 
 
-def test_lifecycle_event_refuses_kinds_it_cannot_observe() -> None:
-    """terminated and timed_out cannot be seen from worker code: building one is an error."""
-    with pytest.raises(ValueError, match="forwards started, progressed and completed"):
-        _lifecycle("terminated")
+def test_lifecycle_event_refuses_words_that_are_no_step() -> None:
+    """Only started, progressed and the closes are lifecycle events: anything else is an error."""
+    with pytest.raises(ValueError, match="started, progressed or a close"):
+        _lifecycle("TimerFired")
 
 
 def test_evidence_url_prefers_the_result_then_the_template() -> None:
@@ -131,22 +122,6 @@ def test_idempotency_key_is_stable_per_batch() -> None:
     batch = [_lifecycle("started")]
     assert idempotency_key(batch) == idempotency_key([dict(batch[0])])
     assert idempotency_key(batch) != idempotency_key([_lifecycle("failed")])
-
-
-@pytest.mark.parametrize(
-    ("error", "kind"),
-    [
-        (None, "completed"),
-        (ApplicationError("the migration broke"), "failed"),
-        (asyncio.CancelledError(), "cancelled"),
-        # Only the SDK may construct it; a bare instance is enough for isinstance.
-        (workflow.ContinueAsNewError.__new__(workflow.ContinueAsNewError), None),
-        (RuntimeError("a bug: Temporal retries the workflow task"), None),
-    ],
-)
-def test_close_kind_maps_how_a_run_ended(error: BaseException | None, kind: str | None) -> None:
-    """Completed, failed and cancelled are ends; continue-as-new and task failures are not."""
-    assert close_kind(error) == kind
 
 
 async def test_forwarder_retries_through_a_lost_response_without_applying_twice(
@@ -189,23 +164,3 @@ async def test_forwarder_reports_unavailable_after_its_attempts(app: FastAPI) ->
     with pytest.raises(ForwardUnavailable, match="after 3 attempts"):
         await forwarder.send([_lifecycle("started")])
     assert transport.calls == 3
-
-
-async def test_activity_turns_a_refusal_into_a_non_retryable_failure(app: FastAPI) -> None:
-    """The plugin's activity raises a non-retryable ApplicationError on a 401."""
-    bad = LedgerForwarder(
-        "http://ledger.test", "wl_bad_token", transport=httpx.ASGITransport(app=app)
-    )
-    with pytest.raises(ApplicationError) as failure:
-        await project_activity(bad)([_lifecycle("started")])
-    assert (failure.value.non_retryable, failure.value.type) == (True, "ForwardRefused")
-
-
-def test_plugin_carries_the_interceptor_and_the_activity() -> None:
-    """The plugin holds the activity the interceptor schedules, under the same name."""
-    plugin = WorkLedgerPlugin("http://127.0.0.1:4001", "wl_x_y")
-    activities = plugin.activities
-    assert isinstance(activities, list)
-    names = [getattr(a, "__temporal_activity_definition").name for a in activities]
-    assert names == [ACTIVITY_NAME]
-    assert [type(i).__name__ for i in plugin.interceptors or []] == ["WorkLedgerInterceptor"]

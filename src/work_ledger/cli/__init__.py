@@ -9,6 +9,7 @@ from work_ledger.cli import report as _report  # noqa: F401  (registers report, 
 from work_ledger.cli import run as _run  # noqa: F401  (registers run)
 from work_ledger.cli import safekeeping as _safekeeping  # noqa: F401  (backup, restore, export)
 from work_ledger.cli import server as _server  # noqa: F401  (registers serve, migrate, audit)
+from work_ledger.cli import temporal as _temporal  # noqa: F401  (registers temporal follow)
 from work_ledger.cli import tokens as _tokens  # noqa: F401  (registers token create|list|revoke)
 from work_ledger.cli import triage as _triage  # noqa: F401  (registers route)
 from work_ledger.cli.app import app

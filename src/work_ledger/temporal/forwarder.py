@@ -58,9 +58,9 @@ class LedgerForwarder:
         self.transport = transport
         self.sleep = sleep
 
-    async def send(self, events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    async def send(self, events: Sequence[Mapping[str, Any]], *, salt: str = "") -> dict[str, Any]:
         """Deliver one batch; returns the ledger's counts (applied, duplicates, ...)."""
-        headers = self.headers | {"Idempotency-Key": idempotency_key(events)}
+        headers = self.headers | {"Idempotency-Key": idempotency_key(events, salt)}
         body = {"events": [dict(e) for e in events]}
         last = "no attempt made"
         async with httpx.AsyncClient(

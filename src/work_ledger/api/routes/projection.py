@@ -14,8 +14,8 @@ from work_ledger.api.direct import direct
 from work_ledger.api.schemas import Body
 from work_ledger.api.wire import MAX_FREE_DEPTH, FreeJson, answer, body_doc, json_body
 from work_ledger.auth import Role
-from work_ledger.projection import MAX_EVENT_ID, MAX_ID, Projector, WorkflowEvent
 from work_ledger.service import MAX_BATCH, Ledger
+from work_ledger.temporal.ingest import MAX_EVENT_ID, MAX_ID, Projector, WorkflowEvent
 
 router = APIRouter(
     tags=["projection"],
@@ -39,9 +39,12 @@ class WorkflowEventIn(Body):
     event_id: Annotated[int, StrictMark(), Field(ge=1, le=MAX_EVENT_ID)] | None = Field(
         None, description="The history event id (restarts at 1 in every run)."
     )
-    type: Literal[
-        "started", "progressed", "completed", "failed", "cancelled", "terminated", "timed_out"
-    ]
+    type: Id = Field(
+        description="A lifecycle step (started, progressed, completed, failed, cancelled, "
+        "terminated, timed_out) or a Temporal event type name (WorkflowExecutionStarted, "
+        "EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED, ...); other Temporal events are recorded "
+        "as a sign of life."
+    )
     occurred_at: AwareDatetime
     detail: FreeJson = Field(
         default_factory=dict,

@@ -13,6 +13,8 @@ SELECT u.id FROM work_units AS u WHERE u.workflow_id = $1 FOR NO KEY UPDATE;
 -- delivery committed before ours: the unit, its live attempt, whether this event was
 -- already recorded, and the newest projected event so far (the ordering key: occurred_at,
 -- then the run's event id, then source_event_id by code point, as Python compares it).
+-- A `noted` event (a Temporal event that is no lifecycle step) never counts as the newest:
+-- a late start must still apply after an activity's events.
 SELECT u AS unit, a AS attempt,
        EXISTS (SELECT 1 FROM work_unit_events AS d WHERE d.source_event_id = $2) AS seen,
        n.occurred_at AS newest_occurred_at, n.event_id AS newest_event_id,
@@ -25,6 +27,7 @@ LEFT JOIN LATERAL (
            e.source_event_id COLLATE "C" AS source_event_id
     FROM work_unit_events AS e
     WHERE e.unit_id = u.id AND e.event_type = 'projected' AND e.source_event_id IS NOT NULL
+      AND (e.detail ->> 'step') IS DISTINCT FROM 'noted'
     ORDER BY 1 DESC, 2 DESC, 3 DESC
     LIMIT 1
 ) AS n ON true
@@ -45,4 +48,28 @@ SELECT u.id, u.external_ref, u.workflow_id, u.state, u.disposition, u.disposed_a
        u.claimed_by, u.updated_at
 FROM work_units AS u
 WHERE u.workflow_id IS NOT NULL
+ORDER BY u.workflow_id;
+
+-- name: follow_checkpoint
+-- $1 namespace. Where the follower's sweep of closed executions stands (no row: never ran).
+SELECT c.swept_until FROM temporal_follow_checkpoints AS c WHERE c.namespace = $1;
+
+-- name: follow_advance_checkpoint
+-- $1 namespace, $2 the new high-water mark. Never moves it back (GREATEST here; the
+-- trigger refuses a direct UPDATE that would).
+INSERT INTO temporal_follow_checkpoints AS c (namespace, swept_until)
+VALUES ($1, $2)
+ON CONFLICT (namespace) DO UPDATE
+SET swept_until = GREATEST(c.swept_until, EXCLUDED.swept_until), updated_at = now()
+RETURNING c.swept_until;
+
+-- name: follow_held_units
+-- The workflows whose units the projection still holds (claimed, in_progress or blocked
+-- by temporal:<workflow_id>): the follower describes each, strongly consistent, so a close
+-- that visibility indexed late or outside the sweep's window is not missed.
+SELECT u.workflow_id
+FROM work_units AS u
+WHERE u.state IN ('claimed', 'in_progress', 'blocked')
+  AND u.workflow_id IS NOT NULL
+  AND u.claimed_by = 'temporal:' || u.workflow_id
 ORDER BY u.workflow_id;

@@ -14,8 +14,9 @@ projected in one transaction of its own on one connection:
    means another delivery recorded it first: the whole transaction rolls back, so only a
    newly inserted event ever changes its unit.
 
-Mapping (the unit's agent is `temporal:<workflow_id>`; a unit held by any other agent is
-never moved):
+Mapping of the steps (`lifecycle`: an event's `type` is a step's own word or Temporal's
+event type name; the unit's agent is `temporal:<workflow_id>`; a unit held by any other
+agent is never moved):
 
     started      → in_progress: ready: claim + start; claimed: start; in_progress: nothing
     progressed   → in_progress, as started; in_progress or blocked: heartbeat (lease extended)
@@ -25,6 +26,9 @@ never moved):
     timed_out      ready: nothing
     cancelled,   → abandoned DEFERRED: ready, blocked: dispose; claimed, in_progress: release
     terminated     (the attempt ends `abandoned`) + dispose; abandoned: nothing
+    noted        → (any other Temporal event type) nothing; in_progress or blocked held by
+                   the workflow: heartbeat. Recorded, never refused, never stale, and not
+                   counted as the newest event of its unit
 
 Every other pair is refused: recorded as `projected` with the refusal (rule and reason)
 in its detail, counted as `refused`, never applied. An event older than the newest event
@@ -38,66 +42,47 @@ matches no unit is not recorded (every event belongs to a unit) and is counted a
 `unmatched`; redelivered once the unit is registered, it applies.
 
 `source_event_id`, when the caller does not give one, is
-`temporal/<namespace>/<workflow_id>/<run_id>/<event_id>` (namespace `default` when
-omitted). Temporal's event ids restart at 1 in every run, so the run id is part of the
-key; namespace and run id may not contain `/`, which keeps the format unambiguous.
+`temporal/<namespace>/<workflow_id>/<run_id>/<event_id>`, or `…/<run_id>/close` for a
+run's close (`lifecycle.step_key`: every source derives the same key for the same step).
+Namespace `default` when omitted; Temporal's event ids restart at 1 in every run, so the
+run id is part of the key; namespace and run id may not contain `/`, which keeps the
+format unambiguous.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
-
-from work_ledger.db.queries import QUERIES
-from work_ledger.db.store import translated_errors
-from work_ledger.domain import HELD, Attempt, Disposition, Outcome, State, Unit
+from work_ledger.domain import Attempt, State, Unit
 from work_ledger.errors import InvalidInput, InvariantViolation
 from work_ledger.service import MAX_BATCH, MAX_LEASE_SECONDS, Ledger
-
-EVENT_TYPES = (
-    "started",
-    "progressed",
-    "completed",
-    "failed",
-    "cancelled",
-    "terminated",
-    "timed_out",
+from work_ledger.temporal.lifecycle import NOTED, STEPS, step_key, step_of
+from work_ledger.temporal.steps import (
+    EventOutcome,
+    Prepared,
+    Refused,
+    Steps,
+    Tx,
+    UnitState,
+    WorkflowEvent,
 )
+
 MAX_ID = 1000
 MAX_DETAIL_BYTES = 16_000
 MAX_EVENT_ID = 2**63 - 1
-DEFAULT_NAMESPACE = "default"
-
-
-class EventOutcome(StrEnum):
-    """What the projection did with one event."""
-
-    APPLIED = "applied"
-    DUPLICATE = "duplicate"
-    REFUSED = "refused"
-    STALE = "stale"
-    UNMATCHED = "unmatched"
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowEvent:
-    """One workflow lifecycle event, as a projector delivers it."""
-
-    workflow_id: str
-    type: str
-    occurred_at: dt.datetime
-    source_event_id: str | None = None
-    namespace: str | None = None
-    run_id: str | None = None
-    event_id: int | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+__all__ = [
+    "MAX_EVENT_ID",
+    "MAX_ID",
+    "EventOutcome",
+    "EventResult",
+    "ProjectionReport",
+    "Projector",
+    "WorkflowEvent",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,71 +127,8 @@ class ProjectionReport:
         return counts
 
 
-def build_source_event_id(
-    namespace: str | None, workflow_id: str, run_id: str, event_id: int
-) -> str:
-    """The exactly-once key of a Temporal history event (format in the module docstring)."""
-    return f"temporal/{namespace or DEFAULT_NAMESPACE}/{workflow_id}/{run_id}/{event_id}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    event: WorkflowEvent
-    source_event_id: str
-    agent: str
-    evidence_url: str | None
-
-    @property
-    def key(self) -> tuple[dt.datetime, int, str]:
-        return (self.event.occurred_at, self.event.event_id or 0, self.source_event_id)
-
-    def record(self, outcome: EventOutcome, **extra: Any) -> dict[str, Any]:
-        """The detail of the `projected` event: the event itself and what became of it."""
-        e = self.event
-        detail: dict[str, Any] = {
-            "type": e.type,
-            "workflow_id": e.workflow_id,
-            "namespace": e.namespace,
-            "run_id": e.run_id,
-            "event_id": e.event_id,
-            "occurred_at": e.occurred_at.isoformat(),
-            "outcome": str(outcome),
-        }
-        detail.update({k: v for k, v in extra.items() if v is not None})
-        if e.detail:
-            detail["detail"] = e.detail
-        return {k: v for k, v in detail.items() if v is not None}
-
-
-class _Refused(Exception):
-    def __init__(self, invariant: str, reason: str) -> None:
-        super().__init__(reason)
-        self.invariant = invariant
-        self.reason = reason
-
-
 class _AlreadyRecorded(Exception):
     """Raised inside the transaction to roll it back: another delivery recorded the event."""
-
-
-class _Tx:
-    """Named statements on one connection, inside the caller's transaction."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    async def fetchrow(self, name: str, *args: Any) -> asyncpg.Record | None:
-        async with translated_errors():
-            row: asyncpg.Record | None = await self.conn.fetchrow(QUERIES[name], *args)
-            return row
-
-
-@dataclass
-class _Unit:
-    """The unit as the steps of one event leave it."""
-
-    unit: Unit
-    attempt_id: uuid.UUID | None
 
 
 class Projector:
@@ -233,10 +155,15 @@ class Projector:
 
     # -- input ----------------------------------------------------------------------------
 
-    def _prepare(self, index: int, e: WorkflowEvent) -> _Prepared:
+    def _prepare(self, index: int, e: WorkflowEvent) -> Prepared:
         where = f"events[{index}]"
-        if e.type not in EVENT_TYPES:
-            raise InvalidInput(f"{where}.type {e.type!r} is not one of {', '.join(EVENT_TYPES)}")
+        step = step_of(e.type)
+        if step is None:
+            raise InvalidInput(
+                f"{where}.type {e.type[:100]!r} is neither a lifecycle step "
+                f"({', '.join(STEPS)}) nor a Temporal event type (WorkflowExecutionStarted, "
+                "EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED, ...); send one of those"
+            )
         _bounded(f"{where}.workflow_id", e.workflow_id)
         for name, value in (("namespace", e.namespace), ("run_id", e.run_id)):
             if value is not None:
@@ -261,9 +188,9 @@ class Projector:
             _bounded(f"{where}.source_event_id", e.source_event_id)
             source_event_id = e.source_event_id
         else:
-            source_event_id = self._built_key(where, e)
+            source_event_id = self._built_key(where, e, step)
         evidence = e.detail.get("evidence_url")
-        if e.type == "completed":
+        if step == "completed":
             if not isinstance(evidence, str):
                 raise InvalidInput(
                     f"{where} is a completed event without detail.evidence_url: a unit is "
@@ -271,14 +198,15 @@ class Projector:
                     "run's evidence (CI run, pull request) as detail.evidence_url."
                 )
             self.ledger.check_evidence(evidence)
-        return _Prepared(
+        return Prepared(
             e,
+            step,
             source_event_id,
             f"temporal:{e.workflow_id}",
             evidence if isinstance(evidence, str) else None,
         )
 
-    def _built_key(self, where: str, e: WorkflowEvent) -> str:
+    def _built_key(self, where: str, e: WorkflowEvent, step: str) -> str:
         if e.run_id is None or e.event_id is None:
             raise InvalidInput(
                 f"{where} has no source_event_id; send one, or send run_id and event_id "
@@ -290,18 +218,18 @@ class Projector:
                     f"{where}.{name} {value[:200]!r} may not contain '/' (it separates the "
                     "parts of the source_event_id); send source_event_id yourself instead"
                 )
-        return build_source_event_id(e.namespace, e.workflow_id, e.run_id, e.event_id)
+        return step_key(e.namespace, e.workflow_id, e.run_id, step, e.event_id)
 
     # -- one event, one transaction --------------------------------------------------------
 
-    async def _project_one(self, p: _Prepared) -> EventResult:
+    async def _project_one(self, p: Prepared) -> EventResult:
         try:
             async with self.ledger.store.pool.acquire() as conn, conn.transaction():
-                return await self._in_transaction(_Tx(conn), conn, p)
+                return await self._in_transaction(Tx(conn), conn, p)
         except _AlreadyRecorded:
             return EventResult(p.source_event_id, EventOutcome.DUPLICATE)
 
-    async def _in_transaction(self, tx: _Tx, conn: Any, p: _Prepared) -> EventResult:
+    async def _in_transaction(self, tx: Tx, conn: Any, p: Prepared) -> EventResult:
         locked = await tx.fetchrow("projection_lock_unit", p.event.workflow_id)
         if locked is None:
             return EventResult(
@@ -316,12 +244,17 @@ class Projector:
             raise _AlreadyRecorded
         unit = Unit.from_record(target["unit"])
         live = None if target["attempt"] is None else Attempt.from_record(target["attempt"])
-        state = _Unit(unit, None if live is None else live.id)
+        state = UnitState(unit, None if live is None else live.id)
         newest = target["newest_occurred_at"]
-        if newest is not None and p.key < (
-            newest,
-            target["newest_event_id"],
-            target["newest_source_event_id"],
+        if (
+            p.step != NOTED
+            and newest is not None
+            and p.key
+            < (
+                newest,
+                target["newest_event_id"],
+                target["newest_source_event_id"],
+            )
         ):
             result = EventResult(
                 p.source_event_id,
@@ -346,13 +279,13 @@ class Projector:
             raise _AlreadyRecorded
         return result
 
-    async def _drive(self, tx: _Tx, conn: Any, p: _Prepared, state: _Unit) -> EventResult:
+    async def _drive(self, tx: Tx, conn: Any, p: Prepared, state: UnitState) -> EventResult:
         before = state.unit.state
-        moving = _Unit(state.unit, state.attempt_id)
+        moving = UnitState(state.unit, state.attempt_id)
         try:
             async with conn.transaction():  # a savepoint: a refused step leaves nothing
-                await _Steps(self.lease_seconds, tx, p, moving).run()
-        except _Refused as refusal:
+                await Steps(self.lease_seconds, tx, p, moving).run()
+        except Refused as refusal:
             return EventResult(
                 p.source_event_id,
                 EventOutcome.REFUSED,
@@ -393,165 +326,3 @@ def _bounded(name: str, value: str) -> None:
         raise InvalidInput(f"{name} must be 1..{MAX_ID} characters, not {len(value)}")
     if "\x00" in value:
         raise InvalidInput(f"{name} contains a NUL character, which the ledger cannot store")
-
-
-class _Steps:
-    """Drives one unit towards the state one event means, step by guarded step."""
-
-    def __init__(self, lease_seconds: int, tx: _Tx, p: _Prepared, state: _Unit) -> None:
-        self.lease, self.tx, self.p, self.state = lease_seconds, tx, p, state
-        self.link = {"source_event_id": p.source_event_id, "workflow_event": p.event.type}
-
-    @property
-    def unit(self) -> Unit:
-        return self.state.unit
-
-    async def run(self) -> None:
-        kind = self.p.event.type
-        current = self.unit.state
-        if current in HELD and self.unit.claimed_by != self.p.agent:
-            raise self._refuse(
-                "unit_claimed_only_when_claimable",
-                f"it is held by {self.unit.claimed_by} ({current}), not by the workflow "
-                f"({self.p.agent}); the projection moves only a unit that is ready or held by "
-                "its own workflow. The holder must release it first.",
-            )
-        if kind in ("started", "progressed"):
-            await self._to_in_progress(heartbeat=kind == "progressed", target=State.IN_PROGRESS)
-        elif kind == "completed":
-            await self._to_verified()
-        elif kind in ("failed", "timed_out"):
-            await self._to_ready()
-        else:
-            await self._to_deferred()
-
-    async def _to_in_progress(self, *, heartbeat: bool, target: State) -> None:
-        if self.unit.state is State.READY:
-            await self._claim()
-        if self.unit.state is State.CLAIMED:
-            await self._transition(State.IN_PROGRESS, [State.CLAIMED])
-        elif self.unit.state is State.IN_PROGRESS or (
-            self.unit.state is State.BLOCKED and heartbeat
-        ):
-            if heartbeat:
-                await self._heartbeat()
-        else:
-            raise self._wrong_state(target)
-
-    async def _to_verified(self) -> None:
-        if self.unit.state in (State.VERIFIED, State.DONE):
-            return
-        await self._to_in_progress(heartbeat=False, target=State.VERIFIED)
-        await self._transition(
-            State.VERIFIED,
-            [State.IN_PROGRESS],
-            evidence_url=self.p.evidence_url,
-            outcome=Outcome.VERIFIED,
-        )
-
-    async def _to_ready(self) -> None:
-        current = self.unit.state
-        if current in (State.CLAIMED, State.IN_PROGRESS):
-            await self._release(Outcome.FAILED)
-        elif current is not State.READY:
-            raise self._wrong_state(State.READY)
-
-    async def _to_deferred(self) -> None:
-        current = self.unit.state
-        if current is State.ABANDONED:
-            return
-        if current in (State.CLAIMED, State.IN_PROGRESS):
-            await self._release(Outcome.ABANDONED)
-        if self.unit.state not in (State.READY, State.BLOCKED):
-            raise self._refuse(
-                "unit_disposition_allowed_from_state",
-                f"it is {current}; DEFERRED can close a ready, claimed, in_progress or blocked "
-                "unit only. An operator decides what happens to it next.",
-            )
-        holder = self.p.agent if self.unit.state is State.BLOCKED else None
-        row = await self.tx.fetchrow(
-            "dispose_unit",
-            self.unit.id,
-            Disposition.DEFERRED,
-            [State.READY, State.BLOCKED],
-            holder,
-            None,
-            None,
-            f"workflow {self.p.event.type} ({self.p.source_event_id})",
-            self.p.agent,
-        )
-        self._after(row, "dispose DEFERRED")
-
-    # -- the guarded statements of units.sql ----------------------------------------------
-
-    async def _claim(self) -> None:
-        row = await self.tx.fetchrow("claim_unit", self.p.agent, None, self.lease, self.unit.id)
-        self._after(row, "claim")
-
-    async def _transition(
-        self,
-        to: State,
-        leaving: list[State],
-        *,
-        evidence_url: str | None = None,
-        outcome: Outcome | None = None,
-    ) -> None:
-        event = "released" if to is State.READY else "transitioned"
-        row = await self.tx.fetchrow(
-            "transition_unit",
-            self.unit.id,
-            to,
-            leaving,
-            self.p.agent,
-            None,
-            evidence_url,
-            outcome,
-            event,
-            self.link,
-            self.p.agent,
-        )
-        self._after(row, f"move to {to}")
-
-    async def _release(self, outcome: Outcome) -> None:
-        await self._transition(State.READY, [State.CLAIMED, State.IN_PROGRESS], outcome=outcome)
-
-    async def _heartbeat(self) -> None:
-        row = await self.tx.fetchrow(
-            "heartbeat_attempt", self.state.attempt_id, self.p.agent, self.lease
-        )
-        self._after(row, "heartbeat")
-
-    def _after(self, row: asyncpg.Record | None, action: str) -> None:
-        if row is None:
-            raise self._refuse(
-                "unit_state_transition_allowed",
-                f"the ledger refused to {action} it from {self.unit.state}",
-            )
-        self.state.unit = Unit.from_record(row["unit"])
-        keys = set(row.keys())  # an asyncpg Record: `in` looks at values, not keys
-        if "attempt" in keys and row["attempt"] is not None:
-            self.state.attempt_id = Attempt.from_record(row["attempt"]).id
-
-    # -- refusals -------------------------------------------------------------------------
-
-    def _wrong_state(self, target: State) -> _Refused:
-        current = self.unit.state
-        why = {
-            State.BLOCKED: "it is blocked until its open question is answered (unblock), or an "
-            "operator disposes it",
-            State.VERIFIED: "it is verified; only dispose MIGRATED follows",
-            State.DONE: "it is done for good",
-            State.ABANDONED: f"it was abandoned {self.unit.disposition} for good",
-        }.get(current, f"it is {current}")
-        return self._refuse(
-            "unit_state_transition_allowed",
-            f"{why}; {current} → {target} is not a transition of DESIGN §4",
-        )
-
-    def _refuse(self, invariant: str, why: str) -> _Refused:
-        return _Refused(
-            invariant,
-            f"workflow {self.p.event.workflow_id} {self.p.event.type}, but unit "
-            f"{self.unit.external_ref} cannot follow: {why}. The event is recorded with this "
-            "refusal and will not be applied again; `work-ledger reconcile` lists the mismatch.",
-        )

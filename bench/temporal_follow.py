@@ -1,0 +1,364 @@
+"""The Temporal follower: lag from a run's close to its unit's state, and a pass's cost.
+
+    uv run python bench/temporal_follow.py                      # burst 1000; closed 1000, 100000
+    uv run python bench/temporal_follow.py --burst 200 --closed 1000,10000   # smaller
+
+Starts its own Temporal dev server (the `temporal` CLI of the dev dependencies, in
+memory, free ports), its own embedded PostgreSQL and `work-ledger serve`, all stopped at
+exit. Two measurements:
+
+- **burst**: N units, N workflows started and waiting on a signal, the follower (default
+  settings, no worker plugin) running; once every unit is in_progress, all N are signalled
+  at once and complete. Lag per unit = the ledger's `verified` event time minus Temporal's
+  close time (one machine, one clock). Every pass's Temporal RPCs and ledger requests are
+  recorded.
+- **closed**: one namespace filled with N closed executions (workflows started with a 1 s
+  execution timeout and no worker: each times out by itself, one start RPC each), older
+  than the follower's overlap; then 20 fresh runs close and a new follower (checkpoint just
+  before them) makes one pass. Its wall time and RPCs, median of 5 such passes; then the
+  namespace is filled up to the next N and the same is measured again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from work_ledger.auth import Role, TokenStore
+from work_ledger.db.connect import create_pool, ensure_database, with_database
+from work_ledger.db.embedded import embedded_server_url
+from work_ledger.db.store import Store
+from work_ledger.domain import Actor, NewUnit
+from work_ledger.runtime import migrate_database
+from work_ledger.service import Ledger
+from work_ledger.temporal.checkpoint import FollowState
+from work_ledger.temporal.executions import TemporalReader
+from work_ledger.temporal.follower import Follower, FollowSettings, PassReport
+from work_ledger.temporal.forwarder import LedgerForwarder
+
+BIN = Path(sys.executable).parent
+SECRET = "bench-temporal-secret"
+EVIDENCE = "https://ci.example/runs/bench"
+RUNNER = UnsandboxedWorkflowRunner()  # the workflow lives in __main__ beside the harness
+
+
+@workflow.defn(name="BenchMigrate")
+class BenchMigrate:
+    def __init__(self) -> None:
+        self.go = False
+
+    @workflow.signal
+    def proceed(self) -> None:
+        self.go = True
+
+    @workflow.run
+    async def run(self, wait: bool) -> dict[str, str]:
+        if wait:
+            await workflow.wait_condition(lambda: self.go)
+        return {"evidence_url": EVIDENCE}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def temporal_server(home: Path, namespaces: list[str]) -> Iterator[str]:
+    port = free_port()
+    args = [str(BIN / "temporal"), "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
+    args += ["--port", str(port), "--http-port", str(free_port())]
+    args += ["--metrics-port", str(free_port()), "--log-level", "error"]
+    for ns in namespaces:
+        args += ["--namespace", ns]
+    with open(home / "temporal.log", "wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_port(port)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def _wait_port(port: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+@contextlib.asynccontextmanager
+async def ledger_served(admin: str, home: Path) -> AsyncIterator[tuple[Ledger, str, str, str]]:
+    """(service, URL, projector token, database URL) of a ledger served on a new database."""
+    name = f"wl_{home.name.replace('-', '_')}"
+    await ensure_database(admin, name)
+    database_url = with_database(admin, name)
+    await migrate_database(database_url)
+    pool = await create_pool(database_url, min_size=1, max_size=4)
+    ledger = Ledger(Store(pool))
+    token, _ = await TokenStore(Store(pool), SECRET.encode()).create(Role.PROJECTOR, "temporal")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WL_")}
+    env |= {"WL_DATABASE_URL": database_url, "WL_HOME": str(home), "WL_SECRET": SECRET}
+    serve = await asyncio.create_subprocess_exec(
+        *(str(BIN / "work-ledger"), "serve", "--port", str(port)),
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient() as client:
+            for _ in range(600):
+                with contextlib.suppress(httpx.TransportError):
+                    if (await client.get(f"{url}/readyz")).status_code == 200:
+                        break
+                await asyncio.sleep(0.1)
+        yield ledger, url, token, database_url
+    finally:
+        serve.terminate()
+        await serve.wait()
+        await pool.close()
+
+
+def worker(client: Client, queue: str) -> Worker:
+    return Worker(client, task_queue=queue, workflows=[BenchMigrate], workflow_runner=RUNNER)
+
+
+def follower(client: Client, database_url: str, url: str, token: str, **kw: Any) -> Follower:
+    return Follower(
+        TemporalReader(client),
+        FollowState(database_url),
+        LedgerForwarder(url, token),
+        namespace=client.namespace,
+        settings=FollowSettings(**kw),
+    )
+
+
+async def _gather_limited(coros: list[Any], limit: int = 32) -> list[Any]:
+    gate = asyncio.Semaphore(limit)
+
+    async def one(c: Any) -> Any:
+        async with gate:
+            return await c
+
+    return await asyncio.gather(*(one(c) for c in coros))
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def burst(address: str, admin: str, n: int, home: Path) -> dict[str, Any]:
+    client = await Client.connect(address, namespace="bench-burst")
+    async with ledger_served(admin, home / "burst") as (ledger, url, token, database_url):
+        tag = uuid.uuid4().hex[:6]
+        ids = [f"burst-{tag}-{i}" for i in range(n)]
+        units = [NewUnit(f"unit-{w}", "bench", "orders", workflow_id=w) for w in ids]
+        for i in range(0, n, 1000):
+            await ledger.register(units[i : i + 1000], Actor("operator", privileged=True))
+        passes: list[PassReport] = []
+        follow = follower(client, database_url, url, token)
+        stop = asyncio.Event()
+        queue = f"bench-{tag}"
+        async with Worker(
+            client, task_queue=queue, workflows=[BenchMigrate], workflow_runner=RUNNER
+        ):
+            handles = await _gather_limited(
+                [client.start_workflow("BenchMigrate", True, id=w, task_queue=queue) for w in ids]
+            )
+            task = asyncio.create_task(follow.follow(stop, passes.append))
+            await _until_count(ledger, "in_progress", n)
+            before = len(passes)
+            signalled = time.monotonic()
+            await _gather_limited([h.signal("proceed") for h in handles])
+            await _until_count(ledger, "verified", n)
+            converged = time.monotonic() - signalled
+            stop.set()
+            await task
+        closes = {
+            r.workflow_id: r.close_time
+            for r in await TemporalReader(client).runs("ExecutionStatus = 'Completed'")
+        }
+        rows = await ledger.store.pool.fetch(
+            "SELECT u.workflow_id, e.created_at FROM work_unit_events e JOIN work_units u "
+            "ON u.id = e.unit_id WHERE e.to_state = 'verified'"
+        )
+        lags = [(r["created_at"] - closes[r["workflow_id"]]).total_seconds() for r in rows]
+        during = passes[before:]
+        busy = [p for p in during if p.sent]
+        return {
+            "workflows": n,
+            "lag_p50_s": round(_pct(lags, 0.5), 3),
+            "lag_p99_s": round(_pct(lags, 0.99), 3),
+            "lag_max_s": round(max(lags), 3),
+            "all_verified_after_signal_s": round(converged, 2),
+            "passes_during_burst": len(during),
+            "passes_with_events": len(busy),
+            "temporal_rpcs_per_busy_pass": [p.temporal_rpcs for p in busy],
+            "ledger_requests_per_busy_pass": [p.ledger_requests for p in busy],
+            "runs_per_busy_pass": [p.runs for p in busy],
+            "read_seconds_per_busy_pass": [p.read_seconds for p in busy],
+            "deliver_seconds_per_busy_pass": [p.deliver_seconds for p in busy],
+            "temporal_rpcs_per_idle_pass": sorted({p.temporal_rpcs for p in during if not p.sent}),
+        }
+
+
+async def _until_count(ledger: Ledger, state: str, n: int) -> None:
+    async with asyncio.timeout(900):
+        while True:
+            count = await ledger.store.pool.fetchval(
+                "SELECT count(*) FROM work_units WHERE state = $1", state
+            )
+            if count >= n:
+                return
+            await asyncio.sleep(0.05)
+
+
+async def _namespace_ready(client: Client) -> None:
+    """The dev server registers its namespaces at start, but a frontend may not know one
+    for a few seconds ("namespace not found"): wait for it."""
+    async with asyncio.timeout(60):
+        while True:
+            try:
+                await client.count_workflows()
+                return
+            except RPCError:
+                await asyncio.sleep(1)
+
+
+async def _start_retried(client: Client, workflow_id: str) -> None:
+    """Start a run that times out by itself; the loaded dev server sometimes answers
+    "namespace not found" or lets the RPC time out, so those are retried (the workflow id
+    makes a retried start that did get through a refusal, not a second run)."""
+    for attempt in range(30):
+        try:
+            await client.start_workflow(
+                "BenchMigrate",
+                False,
+                id=workflow_id,
+                task_queue="nobody",
+                execution_timeout=dt.timedelta(seconds=1),
+            )
+            return
+        except WorkflowAlreadyStartedError:
+            return  # an earlier attempt got through after all
+        except RPCError as exc:
+            retryable = (RPCStatusCode.NOT_FOUND, RPCStatusCode.DEADLINE_EXCEEDED)
+            if exc.status not in retryable or attempt == 29:
+                raise
+            await asyncio.sleep(1)
+
+
+async def fill(client: Client, total: int, tag: str, already: int) -> None:
+    """Bring the namespace to `total` timed-out executions."""
+    await _gather_limited(
+        [_start_retried(client, f"old-{tag}-{i}") for i in range(already, total)], limit=16
+    )
+    while True:
+        if (await client.count_workflows("ExecutionStatus = 'TimedOut'")).count >= total:
+            return
+        await asyncio.sleep(1)
+
+
+async def closed_pass(
+    client: Client, admin: str, n: int, home: Path, overlap: float
+) -> dict[str, Any]:
+    """One pass's cost over 20 fresh closes, the namespace holding `n` older ones."""
+    namespace = client.namespace
+    tag = uuid.uuid4().hex[:6]
+    async with ledger_served(admin, home / f"closed-{n}") as (ledger, url, token, database_url):
+        fresh = [f"fresh-{tag}-{i}" for i in range(20)]
+        units = [NewUnit(f"unit-{w}", "bench", "orders", workflow_id=w) for w in fresh]
+        await ledger.register(units, Actor("operator", privileged=True))
+        mark = dt.datetime.now(dt.UTC)
+        await FollowState(database_url).advance(namespace, mark)
+        queue = f"bench-{tag}"
+        async with worker(client, queue):
+            for w in fresh:
+                await client.execute_workflow("BenchMigrate", False, id=w, task_queue=queue)
+        await asyncio.sleep(1)
+        samples = []
+        for _ in range(5):
+            f = follower(client, database_url, url, token, overlap=overlap, lag=0.0)
+            started = time.perf_counter()
+            report = await f.run_pass(describe=False)
+            samples.append((time.perf_counter() - started, report))
+        return {
+            "closed_in_namespace": n,
+            "pass_ms_median": round(statistics.median(s for s, _ in samples) * 1000, 1),
+            "pass_ms_all": [round(s * 1000, 1) for s, _ in samples],
+            "runs_in_window": samples[0][1].runs,
+            "temporal_rpcs": samples[0][1].temporal_rpcs,
+            "ledger_requests": samples[0][1].ledger_requests,
+            "read_ms_median": round(statistics.median(r.read_seconds for _, r in samples) * 1e3, 1),
+        }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--burst", type=int, default=1000)
+    parser.add_argument("--closed", default="1000,100000")
+    parser.add_argument("--overlap", type=float, default=60.0)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.closed.split(",") if s]
+    home = Path(tempfile.mkdtemp(prefix="wl-bench-temporal-"))
+    namespaces = ["bench-burst", "bench-closed"]
+    result: dict[str, Any] = {"started": dt.datetime.now(dt.UTC).isoformat()}
+    admin = embedded_server_url(home / "pg", delete_on_exit=True)
+    with temporal_server(home, namespaces) as address:
+        if args.burst:
+            result["burst"] = await burst(address, admin, args.burst, home)
+            print(json.dumps(result["burst"]), flush=True)
+        result["closed"] = []
+        client = await Client.connect(address, namespace="bench-closed")
+        await _namespace_ready(client)
+        tag, filled = uuid.uuid4().hex[:6], 0
+        for n in sizes:
+            began = time.monotonic()
+            await fill(client, n, tag, filled)
+            filled = n
+            await asyncio.sleep(args.overlap + 2)  # the old closes now lie before every window
+            row = await closed_pass(client, admin, n, home, args.overlap)
+            row["fill_seconds"] = round(time.monotonic() - began - args.overlap - 2, 1)
+            result["closed"].append(row)
+            print(json.dumps(row), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"temporal-follow-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=2))
+    print(f"wrote {path}")
+    shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
