@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from work_ledger.api import metrics, problems
+from work_ledger.api import mcp_http, metrics, problems
 from work_ledger.api.deps import document_headers
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.middleware import EdgeMiddleware
@@ -91,7 +91,8 @@ def create_app(
             app.state.ledger, app.state.tokens = ledger, tokens
             app.state.notifier, app.state.idempotency = notifier, idempotency
             try:
-                yield
+                async with app.state.mcp.running(ledger):
+                    yield
             finally:
                 expiry.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -115,6 +116,7 @@ def create_app(
     routers = (health, events, units, attempts, questions, projection)
     for module in routers:
         app.include_router(module.router)
+    app.state.mcp = mcp_http.mount(app)  # MCP over Streamable HTTP at /mcp
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
