@@ -49,7 +49,7 @@ INTERNAL_URL = "http://work-ledger.internal"
 
 
 class Liveness:
-    """The agents this replica sees alive: an open MCP stream here, or a call since the last tick."""
+    """Who this replica sees alive: an open MCP stream here, or a call since the last tick."""
 
     def __init__(self) -> None:
         self.streams: Counter[str] = Counter()
@@ -87,7 +87,10 @@ class Sessions:
         token, agent = user.access_token.token, user.access_token.client_id
         key = (token, agent)
         found = self._sessions.get(key)
-        session = found[0] if found else Session(lambda: self._client(token, agent), heartbeat=False)
+        if found is None:
+            session = Session(lambda: self._client(token, agent), heartbeat=False)
+        else:
+            session = found[0]
         self._sessions[key] = (session, time.monotonic())
         return session
 
