@@ -123,3 +123,20 @@ async def test_mcp_http_sub_agent_must_belong_to_the_token(ledger_server: Ledger
         )
     assert answer.status_code == 403
     assert answer.json()["code"] == "forbidden"
+
+
+async def test_mcp_http_unknown_session_is_404(ledger_server: LedgerServer) -> None:
+    """A session this replica does not know (another's, or a dead one's): the spec's 404."""
+    token = ledger_server.token("agent", "wanderer")
+    async with httpx.AsyncClient(base_url=ledger_server.url) as http:
+        answer = await http.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
+            headers={
+                **ACCEPT,
+                "Authorization": f"Bearer {token}",
+                "Mcp-Session-Id": "0" * 32,
+                "Mcp-Protocol-Version": "2025-06-18",
+            },
+        )
+    assert answer.status_code == 404

@@ -11,7 +11,8 @@ each caller gets a `Session` whose SDK client calls this same app in-process, so
 answer and refusals read exactly as over stdio.
 
 Liveness, the stdio promise kept across replicas: an agent lives while it has an open MCP
-stream (the GET of its session) on this replica, or made a call since the last tick. Every
+stream on this replica (any request in flight: a 2025 session's GET stream, a long `ask`,
+a 2026 subscription), or made a call since the last tick. Every
 third of a lease each replica renews the live leases of the agents it sees alive, in one
 statement (`heartbeat_agents`); nothing else is remembered, so when a replica dies its
 agents reconnect anywhere (the spec's 404, then a new session) and the replica they reach
@@ -113,7 +114,7 @@ class Sessions:
 
 
 class McpEndpoint:
-    """`/mcp`: authenticate with the API's tokens, count the agent's stream, hand on to the SDK."""
+    """`/mcp`: authenticate with the API's tokens, count the agent's streams, hand on to the SDK."""
 
     def __init__(self, inner: ASGIApp, liveness: Liveness) -> None:
         self.inner = inner
@@ -127,13 +128,10 @@ class McpEndpoint:
         scope["user"] = AuthenticatedUser(
             AccessToken(token=token, client_id=caller.agent, scopes=[])
         )
-        if request.method == "GET":
-            with self.liveness.stream(caller.agent):
-                await self.inner(scope, receive, send)
-            return
         if request.method == "POST":
             self.liveness.called.add(caller.agent)
-        await self.inner(scope, receive, send)
+        with self.liveness.stream(caller.agent):
+            await self.inner(scope, receive, send)
 
 
 class McpHttp:
