@@ -27,7 +27,6 @@ from types import FrameType
 from typing import Any
 
 import typer
-from rich.markup import escape
 
 from work_ledger.cli.agent import (
     EXIT_REFUSED,
@@ -103,6 +102,8 @@ def _run_command(command: list[str], env: dict[str, str], work: Work) -> int:
             child.send_signal(signum)
 
     def lost(exc: WorkLedgerError) -> None:
+        from rich.markup import escape
+
         err_console.print(
             f"[red]{exc.code}[/red]: {escape(exc.detail)}", highlight=False, soft_wrap=True
         )
