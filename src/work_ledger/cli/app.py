@@ -60,21 +60,35 @@ class LazyVerbs(TyperGroup):
 
     def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         if cmd_name not in self.commands and cmd_name in VERBS:
-            self._load(VERBS[cmd_name])
+            missing = self._load(VERBS[cmd_name])
+            if missing is not None:
+                raise typer.BadParameter(
+                    f"`{cmd_name}` needs {missing}, which this slim install lacks: install "
+                    "`work-ledger[server]` for the server's verbs, or `work-ledger[mcp]` for "
+                    "the stdio MCP server",
+                    param_hint="VERB",
+                )
         return super().get_command(ctx, cmd_name)
 
     def list_commands(self, ctx: Context) -> list[str]:
-        self._load(*sorted(set(VERBS.values())))
+        for module in sorted(set(VERBS.values())):
+            self._load(module)  # a verb whose extra is not installed is left out of --help
         return super().list_commands(ctx)
 
-    def _load(self, *modules: str) -> None:
-        for module in modules:
-            # __import__, not importlib.import_module: `python -X importtime` (the test
-            # of what a verb loads) only sees imports made through the import statement's path.
+    def _load(self, module: str) -> str | None:
+        """Import a verb module and take its verbs; the missing package's name if it lacks one."""
+        try:
+            # __import__, not importlib.import_module: `python -X importtime` (the test of
+            # what a verb loads) only sees imports made through the import statement.
             __import__(f"work_ledger.cli.{module}")
+        except ModuleNotFoundError as exc:
+            if (exc.name or "work_ledger").startswith("work_ledger"):
+                raise
+            return exc.name
         built = typer.main.get_command(app)
         assert isinstance(built, TyperGroup)
         self.commands.update(built.commands)
+        return None
 
 
 app = typer.Typer(
