@@ -100,9 +100,9 @@ def test_show_table_imports_rich_only_to_draw(served: LedgerServer, tmp_path: Pa
     assert among(modules, SERVER_SIDE) == []
 
 
-def test_run_imports_nothing_of_the_server(served: LedgerServer, tmp_path: Path) -> None:
-    """`run -- CMD` claims, runs CMD and settles without the server's modules or MCP."""
+def test_run_imports_neither_server_mcp_nor_rich(served: LedgerServer, tmp_path: Path) -> None:
+    """`run -- CMD` claims, runs CMD and settles: no server, MCP or rich (it draws nothing)."""
     code, _, modules = imported(served, tmp_path, "run", "--", sys.executable, "-c", "pass")
     assert code == 0
     assert "work_ledger.cli.run" in modules
-    assert among(modules, SERVER_SIDE) == []
+    assert among(modules, SERVER_SIDE + DRAWING) == []
