@@ -159,14 +159,30 @@ class McpHttp:
     @asynccontextmanager
     async def running(self, ledger: Ledger) -> AsyncIterator[None]:
         """The SDK's session manager, and the task renewing live agents' leases."""
-        async with self.server.session_manager.run():
-            keeper = asyncio.create_task(self._keep_leases(ledger))
-            try:
-                yield
-            finally:
-                keeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keeper
+        started, stop = asyncio.Event(), asyncio.Event()
+
+        async def serve_sessions() -> None:
+            async with self.server.session_manager.run():
+                started.set()
+                await stop.wait()
+
+        # In a task of its own: the SDK's task group must be left by the task that entered
+        # it, and a lifespan may end in another task than the one it began in.
+        sessions = asyncio.create_task(serve_sessions())
+        ready = asyncio.create_task(started.wait())
+        await asyncio.wait({sessions, ready}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.is_set():
+            ready.cancel()
+            sessions.result()  # the manager failed to start: raise its error
+        keeper = asyncio.create_task(self._keep_leases(ledger))
+        try:
+            yield
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+            stop.set()
+            await sessions
 
     async def _keep_leases(self, ledger: Ledger) -> None:
         every = ledger.lease_seconds / 3
