@@ -152,6 +152,13 @@ class Ledger:
             raise await self._attempt_refused(attempt_id, actor, "heartbeat")
         return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
 
+    async def heartbeat_agents(self, agents: Sequence[str]) -> list[str]:
+        """Renew the live leases held by `agents`; the agents that held one."""
+        if not agents:
+            return []
+        rows = await self.store.fetch("heartbeat_agents", list(agents), self.lease_seconds)
+        return [row["claimed_by"] for row in rows]
+
     async def record_cost(
         self, attempt_id: uuid.UUID, cost_cents: int, actor: Actor
     ) -> tuple[Unit, Attempt]:

@@ -43,11 +43,13 @@ def ledger_env(database_url: str, home: Path, **extra: str) -> dict[str, str]:
     """The environment of every work-ledger process of one test."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WL_")}
     env.update(
-        WL_DATABASE_URL=database_url,
-        WL_HOME=str(home),
-        WL_SECRET=SECRET,
-        WL_LEASE_SECONDS="30",
-        **extra,
+        {
+            "WL_DATABASE_URL": database_url,
+            "WL_HOME": str(home),
+            "WL_SECRET": SECRET,
+            "WL_LEASE_SECONDS": "30",
+            **extra,  # a test's own values win (a shorter lease)
+        }
     )
     return env
 

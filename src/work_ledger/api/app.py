@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from work_ledger.api import metrics, problems, wire
+from work_ledger.api import mcp_http, metrics, problems, wire
 from work_ledger.api.deps import document_headers
 from work_ledger.api.direct import DirectRoutes
 from work_ledger.api.longpoll import Notifier
@@ -101,7 +101,8 @@ def create_app(
             app.state.ledger, app.state.tokens, app.state.read_pool = ledger, tokens, reads
             app.state.notifier, app.state.idempotency = notifier, idempotency
             try:
-                yield
+                async with app.state.mcp.running(ledger):
+                    yield
             finally:
                 expiry.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -129,6 +130,7 @@ def create_app(
     routers = (health, events, units, attempts, questions, projection)
     for module in routers:
         app.include_router(module.router)
+    app.state.mcp = mcp_http.mount(app)  # MCP over Streamable HTTP at /mcp
     routes = [route for module in routers for route in module.router.routes]
     app.add_middleware(DirectRoutes, fastapi_app=app, routes=routes)  # innermost
     app.add_middleware(EdgeMiddleware)

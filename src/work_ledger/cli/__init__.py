@@ -1,19 +1,18 @@
-"""The `work-ledger` command line: one Typer app, its verbs grouped by module."""
+"""The `work-ledger` command line: one Typer app, its verbs loaded one module at a time.
+
+`cli/app.py` names each verb's module in `VERBS`; only the module of the verb being run
+is imported.
+"""
 
 from __future__ import annotations
 
-from work_ledger.cli import agent as _agent  # noqa: F401  (registers the agent verbs)
-from work_ledger.cli import mcp as _mcp  # noqa: F401  (registers mcp)
-from work_ledger.cli import reconcile as _reconcile  # noqa: F401  (registers reconcile)
-from work_ledger.cli import report as _report  # noqa: F401  (registers report, grant-reader)
-from work_ledger.cli import run as _run  # noqa: F401  (registers run)
-from work_ledger.cli import safekeeping as _safekeeping  # noqa: F401  (backup, restore, export)
-from work_ledger.cli import server as _server  # noqa: F401  (registers serve, migrate, audit)
-from work_ledger.cli import temporal as _temporal  # noqa: F401  (registers temporal follow)
-from work_ledger.cli import tokens as _tokens  # noqa: F401  (registers token create|list|revoke)
-from work_ledger.cli import triage as _triage  # noqa: F401  (registers route)
+import sys
+
 from work_ledger.cli.app import app
 
 
 def main() -> None:
+    # httpx imports its own command line (click, rich, pygments) whenever they are
+    # installed, a third of a client verb's start-up; this process never uses it.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     app()

@@ -18,13 +18,9 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
-from rich.text import Text
 
 from work_ledger.cli.app import app, console, err_console
 from work_ledger.client import Client, NothingToClaim, to_json
@@ -39,6 +35,10 @@ from work_ledger.errors import (
     Unavailable,
     WorkLedgerError,
 )
+
+# rich is imported where a verb draws, never at import: `show X --json` must not pay for it.
+if TYPE_CHECKING:
+    from rich.table import Table
 
 EXIT_ERROR = 1
 EXIT_NOTHING_TO_CLAIM = 3
@@ -112,6 +112,8 @@ def report_error(exc: WorkLedgerError, as_json: bool) -> None:
         }
         typer.echo(json.dumps(body), err=True)
         return
+    from rich.markup import escape
+
     err_console.print(
         f"[red]{exc.code}[/red]: {escape(exc.detail)}", highlight=False, soft_wrap=True
     )
@@ -134,6 +136,8 @@ def emit_json(value: Any) -> None:
 
 def _row(table: Table, *cells: str) -> None:
     """Add a row whose cells are plain text (an external_ref like `a[1]` is not markup)."""
+    from rich.text import Text
+
     table.add_row(*(Text(cell) for cell in cells))
 
 
@@ -142,6 +146,8 @@ def _when(value: Any) -> str:
 
 
 def unit_table(unit: Unit, attempt: Attempt | None = None) -> Table:
+    from rich.table import Table
+
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
@@ -165,6 +171,8 @@ def unit_table(unit: Unit, attempt: Attempt | None = None) -> Table:
 
 
 def attempts_table(attempts: list[Attempt]) -> Table:
+    from rich.table import Table
+
     table = Table(
         "no", "agent", "outcome", "cost", "started", "ended", "evidence", title="attempts"
     )
@@ -183,6 +191,8 @@ def attempts_table(attempts: list[Attempt]) -> Table:
 
 
 def questions_table(questions: list[Question], title: str = "questions") -> Table:
+    from rich.table import Table
+
     table = Table("id", "unit", "status", "question", "answer", "routed as", title=title)
     for q in questions:
         _row(table, q.id, q.unit_id, q.status, q.question, q.answer or "", q.external_task_id or "")
@@ -392,6 +402,8 @@ def events(
         if as_json:
             emit_json(page)
             return
+        from rich.table import Table
+
         columns = ["id", "at", "event", "from → to", "agent", "cost"]
         table = Table(*columns if unit else ["unit", *columns], title="events")
         for e in page.items:
@@ -443,6 +455,14 @@ def register(
     good = [r for r in rows if isinstance(r, Row)]
     bad = [r for r in rows if isinstance(r, BadRow)]
     created = existing = 0
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
     progress = Progress(
         TextColumn("registering"),
         BarColumn(),

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+import typer
+
 from work_ledger.cli.agent import client_settings
 from work_ledger.cli.app import app
 
@@ -19,7 +21,15 @@ def mcp() -> None:
     Tools: claim, heartbeat, record_cost, ask, verify, dispose, release, show.
     """
     from work_ledger.client import AsyncClient
-    from work_ledger.mcp import build_server
+
+    try:
+        from work_ledger.mcp import build_server
+    except ModuleNotFoundError as exc:  # a slim install: no MCP SDK
+        raise typer.BadParameter(
+            f"`mcp` needs {exc.name}: install `work-ledger[mcp]`, or add the ledger to your "
+            "agent over HTTP (`claude mcp add --transport http work-ledger URL/mcp ...`)",
+            param_hint="VERB",
+        ) from None
 
     url, token = client_settings()
     agent = os.environ.get("WL_AGENT") or None

@@ -30,7 +30,6 @@ from types import FrameType
 from typing import Any
 
 import typer
-from rich.markup import escape
 
 from work_ledger.cli.agent import (
     EXIT_REFUSED,
@@ -118,6 +117,8 @@ def _run_command(command: list[str], env: dict[str, str], work: Work) -> int:
             child.send_signal(signum)
 
     def lost(exc: WorkLedgerError) -> None:
+        from rich.markup import escape
+
         err_console.print(
             f"[red]{exc.code}[/red]: {escape(exc.detail)}", highlight=False, soft_wrap=True
         )
@@ -164,11 +165,9 @@ def run(
     """Claim a unit, run CMD on it while heartbeating, and settle it by CMD's exit status."""
     with handled(False), make_client() as client:
         work = client.claim(domain=domain, unit=unit, lease_seconds=lease, wait_seconds=wait)
-        err_console.print(
-            f"claimed {work.unit.external_ref} (attempt {work.attempt.attempt_no})",
-            markup=False,
-            highlight=False,
-        )
+        # Plain lines through typer.echo: rich would cost the wrapper ~6 MB for no styling.
+        claimed = f"claimed {work.unit.external_ref} (attempt {work.attempt.attempt_no})"
+        typer.echo(claimed, err=True)
         with tempfile.TemporaryDirectory(prefix="wl-run-") as scratch:
             result_file = Path(scratch) / "result.json"
             work.start_heartbeat()
@@ -181,7 +180,5 @@ def run(
             if cost:
                 work.cost(cost)  # spent money is recorded even on a lost attempt
             raise typer.Exit(EXIT_REFUSED)
-        err_console.print(
-            _settle(work, status, cost, evidence), markup=False, highlight=False, soft_wrap=True
-        )
+        typer.echo(_settle(work, status, cost, evidence), err=True)
     raise typer.Exit(128 - status if status < 0 else status)

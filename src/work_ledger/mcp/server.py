@@ -2,7 +2,9 @@
 
 The server remembers the units this agent claimed (and their attempt, for fencing) and
 heartbeats them in the background for as long as it runs; if the agent's session ends,
-the heartbeats stop and the lease lapses, so another agent can take the unit over.
+the heartbeats stop and the lease lapses, so another agent can take the unit over. Served
+over HTTP by `serve` (`api/mcp_http.py`), the same tools find their `Session` per caller
+and `serve` keeps the leases of live agents instead (`Session(heartbeat=False)`).
 Every refusal reads `code: detail`, plus the rule, the unit's state and what is allowed
 next, so the model can decide its next call.
 """
@@ -14,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
@@ -55,8 +57,9 @@ class Refusal(Exception):
 class Session:
     """The units this agent holds through this server, each heartbeating in the background."""
 
-    def __init__(self, make_client: Callable[[], AsyncClient]) -> None:
+    def __init__(self, make_client: Callable[[], AsyncClient], *, heartbeat: bool = True) -> None:
         self._make_client = make_client
+        self._heartbeat = heartbeat
         self._client: AsyncClient | None = None
         self.works: dict[str, AsyncWork] = {}
 
@@ -78,7 +81,8 @@ class Session:
         older = self.works.get(work.unit.id)
         if older is not None and older is not work:
             await older.stop_heartbeat()
-        work.start_heartbeat()
+        if self._heartbeat:
+            work.start_heartbeat()
         self.works[work.unit.id] = work
 
     async def drop(self, work: AsyncWork) -> None:
@@ -136,7 +140,7 @@ def _lease(work: AsyncWork) -> str:
 
 
 def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
-    """The MCP server; `make_client` builds the SDK client on first use."""
+    """The stdio MCP server of one agent; `make_client` builds the SDK client on first use."""
     session = Session(make_client)
 
     @asynccontextmanager
@@ -146,12 +150,22 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
         finally:
             await session.close()
 
+    return build_tools(lambda _: session, lifespan)
+
+
+SessionFor = Callable[[Context], Session]
+Lifespan = Callable[[MCPServer[Any]], Any]
+
+
+def build_tools(session_for: SessionFor, lifespan: Lifespan) -> MCPServer[Any]:
+    """The MCP server and its tools; each call acts through the `Session` of its caller."""
     server: MCPServer[Any] = MCPServer(
         "work-ledger", instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING"
     )
 
     @server.tool(structured_output=False)
     async def claim(
+        ctx: Context,
         unit: Annotated[
             str | None, Field(description="Claim this unit; omit for the next.")
         ] = None,
@@ -160,6 +174,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
     ) -> CallToolResult:
         """Claim the next unit of work (or a named one) and start it (state in_progress).
         Call this to get work; you hold one unit at a time (asking again returns it)."""
+        session = session_for(ctx)
 
         async def run() -> str:
             work = await session.client.claim_work(
@@ -176,9 +191,10 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
         return await session.guard(run())
 
     @server.tool(structured_output=False)
-    async def heartbeat(unit: UnitRef = None) -> CallToolResult:
+    async def heartbeat(ctx: Context, unit: UnitRef = None) -> CallToolResult:
         """Renew the lease now. Rarely needed: this server heartbeats in the background.
         Use it to check that your claim is still live."""
+        session = session_for(ctx)
 
         async def run() -> str:
             work = await session.work_for(unit)
@@ -189,10 +205,12 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
 
     @server.tool(structured_output=False)
     async def record_cost(
+        ctx: Context,
         cost_cents: Annotated[int, Field(gt=0, description="Cents spent since the last call.")],
         unit: UnitRef = None,
     ) -> CallToolResult:
         """Add money spent on the unit (whole cents) to your attempt. Call as you spend."""
+        session = session_for(ctx)
 
         async def run() -> str:
             work = await session.work_for(unit)
@@ -206,6 +224,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
 
     @server.tool(structured_output=False)
     async def ask(
+        ctx: Context,
         question: Annotated[
             str | None, Field(description="The question; omit to keep waiting.")
         ] = None,
@@ -215,6 +234,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
         """Block the unit on a question only a human can answer, and wait for the answer.
         The lease pauses meanwhile. If no answer comes in time, call ask again without
         a question to keep waiting."""
+        session = session_for(ctx)
 
         async def run() -> str:
             work = await session.work_for(unit)
@@ -245,11 +265,13 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
 
     @server.tool(structured_output=False)
     async def verify(
+        ctx: Context,
         evidence_url: Annotated[str, Field(description="http(s) link to the evidence.")],
         unit: UnitRef = None,
     ) -> CallToolResult:
         """Mark your in_progress unit verified, with a link to where its evidence lives
         (CI run, pull request). Then call dispose MIGRATED."""
+        session = session_for(ctx)
 
         async def run() -> str:
             work = await session.work_for(unit)
@@ -260,6 +282,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
 
     @server.tool(structured_output=False)
     async def dispose(
+        ctx: Context,
         disposition: Annotated[
             Literal["MIGRATED", "DROPPED", "DEFERRED", "DEAD"],
             Field(
@@ -271,6 +294,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
     ) -> CallToolResult:
         """Close the unit for good: MIGRATED after verify; DROPPED (not needed) or DEAD
         (cannot be done) while in progress; DEFERRED or DEAD while blocked."""
+        session = session_for(ctx)
 
         async def run() -> str:
             work = await session.work_for(unit)
@@ -282,6 +306,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
 
     @server.tool(structured_output=False)
     async def release(
+        ctx: Context,
         outcome: Annotated[
             Literal["failed", "abandoned"], Field(description="failed: you tried and failed.")
         ] = "failed",
@@ -290,6 +315,7 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
     ) -> CallToolResult:
         """Give the unit back (ready) so another attempt can take it. Use when you cannot
         finish; use dispose instead when the unit should never be tried again."""
+        session = session_for(ctx)
 
         async def run() -> str:
             work = await session.work_for(unit)
@@ -300,8 +326,9 @@ def build_server(make_client: Callable[[], AsyncClient]) -> MCPServer[Any]:
         return await session.guard(run())
 
     @server.tool(structured_output=False)
-    async def show(unit: UnitRef = None) -> CallToolResult:
+    async def show(ctx: Context, unit: UnitRef = None) -> CallToolResult:
         """Show a unit: state, holder, lease, cost, evidence, attempts and questions."""
+        session = session_for(ctx)
 
         async def run() -> str:
             ref = unit or (await session.work_for(None)).unit.id

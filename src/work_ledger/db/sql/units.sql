@@ -345,3 +345,21 @@ WITH target AS (
     FROM unit
 )
 SELECT unit FROM unit;
+
+-- name: heartbeat_agents
+-- $1 agent ids, $2 lease seconds: renew every live lease these agents hold (the agents a
+-- `serve` replica sees alive over MCP). One row each at most (one_live_claim_per_agent);
+-- a blocked unit's lease stays paused, so it is left alone.
+WITH unit AS (
+    UPDATE work_units AS u
+    SET last_heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => $2)
+    WHERE u.claimed_by = ANY ($1::text[]) AND u.state IN ('claimed', 'in_progress')
+    RETURNING u.id, u.claimed_by, u.lease_expires_at, u.attempt_count
+), event AS (
+    INSERT INTO work_unit_events (unit_id, attempt_id, event_type, agent_id, detail)
+    SELECT unit.id, a.id, 'heartbeat', unit.claimed_by,
+           jsonb_build_object('lease_expires_at', unit.lease_expires_at)
+    FROM unit
+    JOIN work_unit_attempts AS a ON a.unit_id = unit.id AND a.attempt_no = unit.attempt_count
+)
+SELECT id AS unit_id, claimed_by FROM unit;
