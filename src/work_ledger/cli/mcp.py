@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from work_ledger.cli.agent import client_settings
+from work_ledger.cli.agent_client import client_settings
 from work_ledger.cli.app import app
 
 
