@@ -74,6 +74,13 @@ async def stop_server(running: Running) -> None:
     await running.task
 
 
+async def until(condition: Callable[[], bool], within: float = 30) -> None:
+    """Wait until `condition()` holds: the order of events, not a guess of how long it takes."""
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110  (server state with no event to wait on)
+            await asyncio.sleep(0.01)
+
+
 async def register(
     operator: httpx.AsyncClient, *refs: str, fleet: str = "fleet-a", domain: str | None = None
 ) -> list[dict[str, Any]]:
