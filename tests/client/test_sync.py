@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import httpx
 import pytest
+from lease_history import HEARTBEAT_FRACTION, LEASE_SECONDS, renewals_in_time, sleep_past
 
 from work_ledger.client import Client, NothingToClaim, Unreachable
 from work_ledger.errors import AttemptSuperseded, InvariantViolation, NotHolder
@@ -68,13 +69,17 @@ def test_client_drives_whole_life(operator: Client, agent: Client) -> None:
 def test_claim_heartbeat_keeps_short_lease_alive(
     operator: Client, make_client: Callable[..., Client]
 ) -> None:
-    """A 2 s lease survives a 5 s block: the background heartbeat renews it."""
+    """A short lease outlives its first expiry: the background heartbeat renewed it each
+    time before it ran out (read from the events), so no rival could claim the unit."""
     operator.register([{"external_ref": "u1", "fleet": "f"}])
     first, second = make_client("agent", "a1"), make_client("agent", "a2")
-    with first.claim(lease_seconds=2) as work:
-        time.sleep(5)
+    with first.claim(lease_seconds=LEASE_SECONDS, heartbeat_fraction=HEARTBEAT_FRACTION) as work:
+        expiry = work.unit.lease_expires_at
+        assert expiry is not None
+        sleep_past(expiry)
         assert second.claim_next().unit is None
         work.verify(EVIDENCE)
+    assert renewals_in_time(operator, "u1", expiry) >= 1
     assert operator.get_unit("u1").unit.attempt_count == 1
 
 
@@ -116,10 +121,10 @@ def test_heartbeat_thread_marks_lost_claim(
     operator.register([{"external_ref": "u1", "fleet": "f"}])
     slow, other = make_client("agent", "slow"), make_client("agent", "other")
     work = slow.claim(lease_seconds=1, heartbeat_fraction=2.5)
-    work.start_heartbeat()
     time.sleep(1.3)
     assert other.claim_next().unit is not None
-    deadline = time.monotonic() + 10
+    work.start_heartbeat()  # only now: a beat before the rival's claim would renew the lease
+    deadline = time.monotonic() + 30
     while work.lost is None and time.monotonic() < deadline:
         time.sleep(0.1)
     assert isinstance(work.lost, AttemptSuperseded)
