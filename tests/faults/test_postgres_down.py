@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import signal
-import tempfile
 import time
 import uuid
 import warnings
@@ -73,12 +71,9 @@ class Postgres:
 
 
 @pytest.fixture(scope="module")
-async def stoppable() -> AsyncIterator[Postgres]:
-    """One PostgreSQL for this module, stopped for good at the end.
-
-    Not under pytest's temporary folders: another pytest run on the machine resets their
-    root to 0700, and the server's own user could no longer reach its data directory."""
-    home = Path(tempfile.mkdtemp(prefix="wl-stoppable-"))
+async def stoppable(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Postgres]:
+    """One PostgreSQL for this module, stopped for good at the end."""
+    home = tmp_path_factory.mktemp("stoppable")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         admin = await asyncio.to_thread(embedded_server_url, home / "pg")
@@ -86,7 +81,6 @@ async def stoppable() -> AsyncIterator[Postgres]:
     yield server
     with contextlib.suppress(Exception):
         await server.stop()
-    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture
@@ -105,6 +99,7 @@ class Probe:
     status: int | None
     content_type: str
     seconds: float
+    detail: str = ""
 
 
 async def _probe(
@@ -114,9 +109,10 @@ async def _probe(
     try:
         response = await http.request(method, path, timeout=within, **kw)  # type: ignore[arg-type]
         status, kind = response.status_code, response.headers.get("content-type", "")
+        detail = response.json().get("detail", "") if kind.startswith(PROBLEM) else ""
     except httpx.HTTPError:
-        status, kind = None, ""
-    return Probe(path, status, kind, time.monotonic() - started)
+        status, kind, detail = None, "", ""
+    return Probe(path, status, kind, time.monotonic() - started, detail)
 
 
 async def _probe_while_down(url: str, agent: str, reader: str, stop: asyncio.Event) -> list[Probe]:
@@ -229,6 +225,7 @@ async def test_postgres_frozen_answers_503_and_writes_nothing(
             )
         assert (ready.status, read.status, write.status) == (503, 503, 503)
         assert write.content_type.startswith(PROBLEM)
+        assert "Idempotency-Key" in write.detail, write.detail
         await server.wait_ready(within=30)
         after = await http.get("/units/written-while-frozen")
         assert after.status_code == 404, after.text
