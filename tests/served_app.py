@@ -55,7 +55,16 @@ async def app_running(settings: Settings, max_connections: int = 4) -> AsyncIter
 def uvicorn_server(app: FastAPI) -> tuple[str, uvicorn.Server]:
     """A quiet uvicorn server of `app` on a free local port (not started), and its URL."""
     port = free_port()
+    # Keep-alive longer than any test: with uvicorn's 5 s, equal to httpx's own expiry, a
+    # client reusing a connection idle ~5 s races the server closing it (a ReadError on a
+    # loaded machine).
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_keep_alive=300,
     )
     return f"http://127.0.0.1:{port}", uvicorn.Server(config)
