@@ -30,6 +30,12 @@ class Api:
     url: str
     app: FastAPI
     clients: list[httpx.AsyncClient] = dataclasses.field(default_factory=list)
+    server: uvicorn.Server | None = None
+
+    def open_connections(self) -> int:
+        """HTTP connections the server holds open (it drops one once it sees the hang-up)."""
+        assert self.server is not None
+        return len(self.server.server_state.connections)
 
     @property
     def tokens(self) -> TokenStore:

@@ -178,12 +178,15 @@ async def test_waiters_hold_no_database_connection(api: Api, operator: httpx.Asy
 
 
 async def test_departed_waiter_claims_nothing(api: Api, operator: httpx.AsyncClient) -> None:
-    """A claimer that hung up while parked does not get a unit claimed on its behalf."""
+    """A claimer that hung up while parked, once the server saw it go, does not get a unit
+    claimed on its behalf."""
     agent = await api.as_role(Role.AGENT, "agent-1")
     waiting = asyncio.create_task(agent.post("/units/claim", json={"wait_seconds": WAIT}))
     await until(lambda: claim_waiters(api) == 1)
+    connected = api.open_connections()
     waiting.cancel()
     await asyncio.gather(waiting, return_exceptions=True)
+    await until(lambda: api.open_connections() == connected - 1)  # the server saw it go
     await register(operator, "a")
     await until(lambda: claim_waiters(api) == 0)  # woken, it looked and left
     assert (await operator.get("/units/a")).json()["state"] == "ready"
