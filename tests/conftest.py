@@ -8,6 +8,7 @@ migrated template database is built per session; each test gets its own copy of 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -78,3 +79,23 @@ async def raw(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     conn = await connect(database_url)
     yield conn
     await conn.close()
+
+
+_OWN_TEMPROOT = "wl-pytest-"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """This run's temporary folders (tmp_path) under a root of its own.
+
+    Under the shared /tmp/pytest-of-<user>, every other pytest run on the machine resets
+    that folder to 0700 when it starts, and an embedded PostgreSQL of a test (which runs as
+    its own user) can no longer reach its data directory: initdb fails, "Permission denied".
+    """
+    if config.option.basetemp is None and "PYTEST_DEBUG_TEMPROOT" not in os.environ:
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = tempfile.mkdtemp(prefix=_OWN_TEMPROOT)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    root = os.environ.get("PYTEST_DEBUG_TEMPROOT", "")
+    if Path(root).name.startswith(_OWN_TEMPROOT):
+        shutil.rmtree(root, ignore_errors=True)

@@ -57,6 +57,9 @@ def uvicorn_server(app: FastAPI, limits: Limits | None = None) -> tuple[str, uvi
     """A quiet uvicorn server of `app` on a free local port (not started), and its URL,
     with serve's connection limits."""
     port = free_port()
+    # Keep-alive longer than any test: with uvicorn's 5 s, equal to httpx's own expiry, a
+    # client reusing a connection idle ~5 s races the server closing it (a ReadError on a
+    # loaded machine).
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
@@ -64,6 +67,6 @@ def uvicorn_server(app: FastAPI, limits: Limits | None = None) -> tuple[str, uvi
         log_level="warning",
         access_log=False,
         lifespan="on",
-        **server_options(limits or Limits()),
+        **server_options(limits or Limits(keep_alive_seconds=300)),
     )
     return f"http://127.0.0.1:{port}", uvicorn.Server(config)

@@ -14,6 +14,9 @@ DEFAULT_PORT = 4001
 # cores four kept PostgreSQL busiest; more only contend for the same rows at the head of
 # the queue (bench/RESULTS.md, E3). A larger database server may want more.
 DEFAULT_POOL_SIZE = 4
+# A hung server or network must turn into an error the caller can act on (503), not a
+# request that never answers. Every ledger statement is an index lookup or a short scan.
+DEFAULT_STATEMENT_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,7 @@ class Settings:
     token: str | None
     secret: str | None
     pool_size: int = DEFAULT_POOL_SIZE
+    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT  # seconds
     # A hot standby for the read side (report, /metrics' views); None: the primary.
     read_database_url: str | None = None
     metrics_token: bool = False  # GET /metrics takes a token (any role) when set
@@ -58,6 +62,19 @@ def _positive(name: str, default: int) -> int:
     return value
 
 
+def _positive_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number of seconds, not {raw!r}") from None
+    if not 0 < value < float("inf"):
+        raise SystemExit(f"{name} must be a positive number of seconds, not {raw!r}")
+    return value
+
+
 def load_settings() -> Settings:
     # Only the working directory's own .env: python-dotenv's default search walks up from
     # the package's folder, so a checkout under /tmp would read a /tmp/.env anyone can plant.
@@ -77,4 +94,5 @@ def load_settings() -> Settings:
         read_database_url=os.environ.get("WL_READ_DATABASE_URL") or None,
         metrics_token=_flag("WL_METRICS_TOKEN"),
         docs=_flag("WL_DOCS"),
+        statement_timeout=_positive_seconds("WL_STATEMENT_TIMEOUT", DEFAULT_STATEMENT_TIMEOUT),
     )

@@ -6,12 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from work_ledger.config import Settings
-from work_ledger.db.connect import (
-    STATEMENT_TIMEOUT_SECONDS,
-    connect,
-    create_pool,
-    resolve_database_url,
-)
+from work_ledger.db.connect import connect, create_pool, resolve_database_url
 from work_ledger.db.migrate import apply_migrations
 from work_ledger.db.store import Store
 from work_ledger.readside import store_settings
@@ -32,17 +27,18 @@ async def open_ledger(
     *,
     max_connections: int = 10,
     url: str | None = None,
-    statement_timeout: float | None = STATEMENT_TIMEOUT_SECONDS,
+    unbounded: bool = False,
 ) -> AsyncIterator[Ledger]:
-    """A migrated, pooled ledger for the life of the block. Operator commands that scan the
-    whole ledger (audit) pass `statement_timeout=None`."""
+    """A migrated, pooled ledger for the life of the block, each statement bounded by
+    `settings.statement_timeout`. Operator commands that scan the whole ledger (audit)
+    pass `unbounded=True`."""
     url = url or await resolve_database_url(settings)
     await migrate_database(url)
     pool = await create_pool(
         url,
         min_size=min(2, max_connections),
         max_size=max_connections,
-        statement_timeout=statement_timeout,
+        statement_timeout=None if unbounded else settings.statement_timeout,
     )
     try:
         if settings.stall_seconds is not None:

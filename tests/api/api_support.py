@@ -31,6 +31,12 @@ class Api:
     url: str
     app: FastAPI
     clients: list[httpx.AsyncClient] = dataclasses.field(default_factory=list)
+    server: uvicorn.Server | None = None
+
+    def open_connections(self) -> int:
+        """HTTP connections the server holds open (it drops one once it sees the hang-up)."""
+        assert self.server is not None
+        return len(self.server.server_state.connections)
 
     @property
     def tokens(self) -> TokenStore:
@@ -73,6 +79,13 @@ async def start_server(app: FastAPI, limits: Limits | None = None) -> tuple[str,
 async def stop_server(running: Running) -> None:
     running.server.should_exit = True
     await running.task
+
+
+async def until(condition: Callable[[], bool], within: float = 30) -> None:
+    """Wait until `condition()` holds: the order of events, not a guess of how long it takes."""
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110  (server state with no event to wait on)
+            await asyncio.sleep(0.01)
 
 
 async def register(

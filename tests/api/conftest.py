@@ -28,7 +28,7 @@ async def make_api(database_url: str, tmp_path: Path) -> AsyncIterator[MakeApi]:
         settings = settings_for(database_url, tmp_path, **overrides)
         app = create_app(settings, max_connections=8, auth_failures=auth_failures)
         url, running = await start_server(app, limits)
-        api = Api(url, app)
+        api = Api(url, app, server=running.server)
         started.append((api, running))
         return api
 

@@ -58,7 +58,13 @@ def test_register_large_file_twice_is_idempotent(cli: Cli, tmp_path: Path) -> No
     path.write_text("\n".join(lines) + "\n")
     first = cli("register", str(path), "--json")
     assert first.exit_code == 0, first.output
-    assert json.loads(first.stdout) == {"created": 10_000, "existing": 0, "bad": 0, "bad_rows": []}
+    assert json.loads(first.stdout) == {
+        "created": 10_000,
+        "existing": 0,
+        "bad": 0,
+        "unconfirmed": 0,
+        "bad_rows": [],
+    }
     second = cli("register", str(path), "--json")
     assert json.loads(second.stdout)["existing"] == 10_000
     assert json.loads(second.stdout)["created"] == 0
@@ -84,6 +90,38 @@ def test_register_reports_bad_rows_by_line(cli: Cli, tmp_path: Path) -> None:
         assert words in result.stderr.split(f"line {line}: ")[1].splitlines()[0]
     shown = cli("show", "d", "--json")
     assert json.loads(shown.stdout)["unit"]["domain"] == "orders"
+
+
+def test_register_reports_every_row_when_the_server_refuses_one(cli: Cli, tmp_path: Path) -> None:
+    """Rows only the server refuses (a NUL byte) are bad by line, and so is one no client can
+    send (a lone surrogate); the other rows of their batches are registered."""
+    odd = {3: "\\u0000", 8: "\\u0000", 10: "\\ud800"}
+    refs = [f"odd/{i}{odd.get(i, '')}" for i in range(1, 12)]
+    path = tmp_path / "units.jsonl"
+    path.write_text("".join(f'{{"external_ref": "{ref}", "fleet": "f"}}\n' for ref in refs))
+    result = cli("register", str(path), "--batch", "4", "--json")
+    assert result.exit_code == 1, (result.output, result.exception)
+    report = json.loads(result.stdout)
+    assert (report["created"], report["existing"], report["bad"]) == (8, 0, 3)
+    assert [row["line"] for row in report["bad_rows"]] == [3, 8, 10]
+    errors = [row["error"] for row in report["bad_rows"]]
+    assert ["refused by the server" in e for e in errors] == [True, True, False], errors
+    assert "UTF-8" in errors[2]
+    listed = json.loads(cli("events", "--json", "--limit", "50").stdout)["items"]
+    registered = sorted(e["unit_id"] for e in listed if e["event_type"] == "registered")
+    assert len(registered) == 8
+    again = json.loads(cli("register", str(path), "--batch", "4", "--json").stdout)
+    assert (again["created"], again["existing"], again["bad"]) == (0, 8, 3)
+
+
+def test_register_unreachable_says_which_rows_are_unconfirmed(cli: Cli, tmp_path: Path) -> None:
+    """No server: exit 6, and the report counts every row unconfirmed from the first line."""
+    path = tmp_path / "u.csv"
+    path.write_text("external_ref,fleet\nu1,f\nu2,f\n")
+    result = cli("register", str(path), "--json", WL_URL="http://127.0.0.1:9")
+    assert result.exit_code == 6, result.output
+    report = json.loads(result.stdout)
+    assert (report["unconfirmed"], report["first_unconfirmed_line"]) == (2, 2)
 
 
 def test_verbs_json_output_parses(cli: Cli, tmp_path: Path) -> None:

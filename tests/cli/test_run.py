@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
 
+from lease_history import renewals_in_time, sleep_past
 from typer.testing import CliRunner
 from wl_server import LedgerServer, quiet_access_log, settings_for, start
 
@@ -107,17 +109,40 @@ def test_run_failure_releases_failed(
 def test_run_long_command_keeps_lease(
     run_server: LedgerServer, operator: Client, tmp_path: Path
 ) -> None:
-    """A 2 s lease outlives a 5 s command: no other agent can take the unit meanwhile."""
+    """A command outlives its lease's first expiry: `run` renewed it each time before it ran
+    out (read from the events), so no other agent could take the unit meanwhile."""
     operator.register([{"external_ref": "u1", "fleet": "f"}])
-    script = f'sleep 5; echo \'{{"evidence_url": "{EVIDENCE}"}}\' > "$WL_RESULT_FILE"'
-    child = launch(run_server, tmp_path, "--lease", "2", "--", "sh", "-c", script)
-    with Client(run_server.url, run_server.token("agent", "rival")) as rival:
-        time.sleep(4)
-        assert rival.claim_next().unit is None
+    go = tmp_path / "go"
+    script = (
+        f"while [ ! -e {go} ]; do sleep 0.05; done; "
+        f'echo \'{{"evidence_url": "{EVIDENCE}"}}\' > "$WL_RESULT_FILE"'
+    )
+    # A 6 s lease is renewed every 2 s: 4 s of slack for a busy machine.
+    child = launch(run_server, tmp_path, "--lease", "6", "--", "sh", "-c", script)
+    try:
+        expiry = _first_lease_expiry(operator, "u1", 6)
+        sleep_past(expiry)
+        with Client(run_server.url, run_server.token("agent", "rival")) as rival:
+            assert rival.claim_next().unit is None
+    finally:
+        go.touch()
     _, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
     detail = operator.get_unit("u1")
     assert (detail.unit.state, detail.unit.attempt_count) == ("verified", 1)
+    assert renewals_in_time(operator, "u1", expiry) >= 1
+
+
+def _first_lease_expiry(operator: Client, unit: str, lease: float) -> dt.datetime:
+    """When the lease the unit's first claim took runs out (the claim and its attempt share
+    one `now()`), once it is claimed."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        attempts = operator.get_unit(unit).attempts
+        if attempts and attempts[0].started_at is not None:
+            return attempts[0].started_at + dt.timedelta(seconds=lease)
+        time.sleep(0.05)
+    raise AssertionError("run did not claim the unit")
 
 
 def test_run_forwards_sigterm(run_server: LedgerServer, operator: Client, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from lease_history import HEARTBEAT_FRACTION, LEASE_SECONDS, renewals_in_time, sleep_past
 from wl_server import LedgerServer
 
 from work_ledger.client import AsyncClient, Client, NothingToClaim
@@ -36,13 +37,19 @@ async def test_async_claim_context_drives_unit_to_done(
 async def test_async_heartbeat_keeps_short_lease_alive(
     operator: Client, async_agent: AsyncClient, make_client: Callable[..., Client]
 ) -> None:
-    """A 2 s lease survives 5 s of awaited work: the heartbeat task renews it."""
+    """A short lease outlives its first expiry while the block awaits: the heartbeat task
+    renewed it each time before it ran out (read from the events)."""
     operator.register([{"external_ref": "u1", "fleet": "f"}])
     rival = make_client("agent", "rival")
-    async with async_agent.claim(lease_seconds=2) as work:
-        await asyncio.sleep(5)
+    async with async_agent.claim(
+        lease_seconds=LEASE_SECONDS, heartbeat_fraction=HEARTBEAT_FRACTION
+    ) as work:
+        expiry = work.unit.lease_expires_at
+        assert expiry is not None
+        await asyncio.to_thread(sleep_past, expiry)
         assert (await asyncio.to_thread(rival.claim_next)).unit is None
         await work.verify(EVIDENCE)
+    assert renewals_in_time(operator, "u1", expiry) >= 1
 
 
 async def test_async_exception_releases_unit_failed(

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
+from lease_history import HEARTBEAT_FRACTION, LEASE_SECONDS, renewals_in_time, sleep_past
+from wl_server import settings_for, start
 
 from work_ledger.client import Client, NothingToClaim, Unreachable
+from work_ledger.db.connect import connect
 from work_ledger.errors import AttemptSuperseded, InvariantViolation, NotHolder
 
 EVIDENCE = "https://ci.example/runs/42"
@@ -68,13 +75,17 @@ def test_client_drives_whole_life(operator: Client, agent: Client) -> None:
 def test_claim_heartbeat_keeps_short_lease_alive(
     operator: Client, make_client: Callable[..., Client]
 ) -> None:
-    """A 2 s lease survives a 5 s block: the background heartbeat renews it."""
+    """A short lease outlives its first expiry: the background heartbeat renewed it each
+    time before it ran out (read from the events), so no rival could claim the unit."""
     operator.register([{"external_ref": "u1", "fleet": "f"}])
     first, second = make_client("agent", "a1"), make_client("agent", "a2")
-    with first.claim(lease_seconds=2) as work:
-        time.sleep(5)
+    with first.claim(lease_seconds=LEASE_SECONDS, heartbeat_fraction=HEARTBEAT_FRACTION) as work:
+        expiry = work.unit.lease_expires_at
+        assert expiry is not None
+        sleep_past(expiry)
         assert second.claim_next().unit is None
         work.verify(EVIDENCE)
+    assert renewals_in_time(operator, "u1", expiry) >= 1
     assert operator.get_unit("u1").unit.attempt_count == 1
 
 
@@ -116,10 +127,10 @@ def test_heartbeat_thread_marks_lost_claim(
     operator.register([{"external_ref": "u1", "fleet": "f"}])
     slow, other = make_client("agent", "slow"), make_client("agent", "other")
     work = slow.claim(lease_seconds=1, heartbeat_fraction=2.5)
-    work.start_heartbeat()
     time.sleep(1.3)
     assert other.claim_next().unit is not None
-    deadline = time.monotonic() + 10
+    work.start_heartbeat()  # only now: a beat before the rival's claim would renew the lease
+    deadline = time.monotonic() + 30
     while work.lost is None and time.monotonic() < deadline:
         time.sleep(0.1)
     assert isinstance(work.lost, AttemptSuperseded)
@@ -180,33 +191,75 @@ def test_unreachable_server_raises_after_retries() -> None:
         client.claim_next()
 
 
-class Unavailable503Once(httpx.BaseTransport):
-    """Answers the first write with 503 (as a server whose database is away would)."""
+class Watched(httpx.BaseTransport):
+    """Sends every request for real; notes each write's key and status, and when one was
+    answered 503."""
 
     def __init__(self) -> None:
         self.inner = httpx.HTTPTransport()
-        self.keys: list[str | None] = []
+        self.writes: list[tuple[str | None, int]] = []
+        self.answered_503 = threading.Event()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.inner.handle_request(request)
         if request.method == "POST":
-            self.keys.append(request.headers.get("idempotency-key"))
-            if len(self.keys) == 1:
-                body = b'{"code": "unavailable", "status": 503, "detail": "database away"}'
-                return httpx.Response(503, content=body, request=request)
-        return self.inner.handle_request(request)
+            response.read()
+            self.writes.append((request.headers.get("idempotency-key"), response.status_code))
+            if response.status_code == 503:
+                assert response.json()["code"] == "unavailable", response.text
+                self.answered_503.set()
+        return response
 
     def close(self) -> None:
         self.inner.close()
 
 
-def test_retry_after_503_reuses_key_and_acts_once(operator: Client, ledger_server: object) -> None:
-    """A 503 is retried with the same Idempotency-Key; the write happens once."""
+def _hold_units_table(database_url: str, locked: threading.Event, until: threading.Event) -> None:
+    """Lock work_units against every statement until `until` is set (a stuck database)."""
+
+    async def hold() -> None:
+        conn = await connect(database_url)
+        try:
+            async with conn.transaction():
+                await conn.execute("LOCK TABLE work_units IN ACCESS EXCLUSIVE MODE")
+                locked.set()
+                await asyncio.to_thread(until.wait, 60)
+        finally:
+            await conn.close()
+
+    asyncio.run(hold())
+
+
+def test_retry_after_503_reuses_key_and_acts_once(
+    operator: Client, database_url: str, tmp_path: Path
+) -> None:
+    """The server's own 503 (its statement timed out on a locked table) is retried with the
+    same Idempotency-Key once the table is free; the cost is charged once."""
     operator.register([{"external_ref": "u1", "fleet": "f"}])
-    transport = Unavailable503Once()
-    token = ledger_server.token("agent", "agent-1")  # type: ignore[attr-defined]
-    with Client(operator.url, token, transport=transport, backoff=0.01) as flaky:
-        got = flaky.claim_next()
-    assert got.unit is not None
-    assert len(transport.keys) == 2
-    assert transport.keys[0] == transport.keys[1]
-    assert operator.get_unit("u1").unit.attempt_count == 1
+    settings = dataclasses.replace(
+        settings_for(database_url, tmp_path / "stuck"), statement_timeout=1.0
+    )
+    server = start(settings)
+    locked, transport = threading.Event(), Watched()
+    holder = threading.Thread(
+        target=_hold_units_table, args=(database_url, locked, transport.answered_503)
+    )
+    token = server.token("agent", "agent-1")
+    try:
+        with Client(server.url, token) as agent:
+            attempt = agent.claim_next().attempt
+        assert attempt is not None
+        holder.start()
+        assert locked.wait(60)
+        with Client(server.url, token, transport=transport, backoff=0.01, retries=8) as flaky:
+            flaky.record_cost(attempt.id, 250)
+    finally:
+        transport.answered_503.set()
+        if holder.is_alive():
+            holder.join(60)
+        server.stop()
+    assert (transport.writes[0][1], transport.writes[-1][1]) == (503, 200), transport.writes
+    assert len({key for key, _ in transport.writes}) == 1
+    events = operator.list_events("u1", limit=500).items
+    assert [e.cost_delta_cents for e in events if e.event_type == "cost_recorded"] == [250]
+    assert operator.get_unit("u1").unit.cost_cents == 250

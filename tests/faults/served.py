@@ -170,6 +170,12 @@ async def audit(env: dict[str, str]) -> tuple[int, str]:
 StartServer = Callable[..., Awaitable[Served]]
 
 
+# `serve` closes a connection idle 5 s (uvicorn's default), httpx reuses one idle up to 5 s:
+# the two race on a loaded machine (a ReadError). Drop idle connections well before.
+KEEPALIVE_EXPIRY = 1.0
+
+
 def client(url: str, token: str | None = None, **kwargs: Any) -> httpx.AsyncClient:
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    kwargs.setdefault("limits", httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY))
     return httpx.AsyncClient(base_url=url, headers=headers, **kwargs)

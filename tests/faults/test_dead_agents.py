@@ -47,7 +47,8 @@ async def test_dead_agents_units_come_back_after_their_lease(
     dead = set(random.Random(8).sample(names, DEAD))
     runners: dict[str, asyncio.subprocess.Process] = {}
     for name, token in zip(names, tokens, strict=True):
-        lease = "1" if name in dead else "5"  # the survivors heartbeat a 5 s lease
+        # The survivors heartbeat a 10 s lease every 3.3 s: 6.7 s of slack on a busy machine.
+        lease = "1" if name in dead else "10"
         runners[name] = await asyncio.create_subprocess_exec(
             *(WORK_LEDGER, "run", "--lease", lease, "--", "sleep", "120"),
             env=dict(server.env, WL_URL=server.url, WL_TOKEN=token),

@@ -26,7 +26,7 @@ import hypothesis
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, strategies
-from served import Served, cli, ledger_env, mint
+from served import Served, cli, client, ledger_env, mint
 
 from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.auth import Role
@@ -125,7 +125,7 @@ async def target(
     found = Target(server.url, url, tokens)
     await _setup(found)
     found.conn = await connect(url)
-    found.http = httpx.AsyncClient(base_url=server.url, timeout=30)
+    found.http = client(server.url, timeout=30)  # shared by the module: idle gaps between tests
     yield found
     await found.http.aclose()
     await found.conn.close()

@@ -98,7 +98,7 @@ async def test_mcp_ask_returns_the_answer(ledger_server: LedgerServer, operator:
     operator.register([{"external_ref": "u1", "fleet": "f"}])
 
     async def answer_soon() -> None:
-        for _ in range(100):
+        for _ in range(600):  # 60 s for the question to open
             if operator.get_unit("u1").open_question is not None:
                 operator.unblock("u1", "use EUR")
                 return

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from work_ledger.config import DEFAULT_POOL_SIZE, load_settings
+from work_ledger.config import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, load_settings
 
 
 def test_pool_size_defaults_to_a_few_connections(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,3 +43,22 @@ def test_dotenv_is_read_from_the_working_directory_only(
         assert load_settings().stall_seconds == 77
     finally:
         os.environ.pop("WL_STALL_SECONDS", None)  # load_dotenv sets it process-wide
+
+
+def test_statement_timeout_defaults_to_thirty_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WL_STATEMENT_TIMEOUT", raising=False)
+    assert load_settings().statement_timeout == DEFAULT_STATEMENT_TIMEOUT == 30.0
+
+
+def test_statement_timeout_takes_fractions_of_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WL_STATEMENT_TIMEOUT", "0.5")
+    assert load_settings().statement_timeout == 0.5
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "inf", "nan"])
+def test_statement_timeout_must_be_a_positive_number_of_seconds(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("WL_STATEMENT_TIMEOUT", value)
+    with pytest.raises(SystemExit, match="WL_STATEMENT_TIMEOUT"):
+        load_settings()

@@ -1,209 +1,23 @@
 """Agent and operator verbs over the HTTP API, through the SDK (WL_URL, WL_TOKEN, WL_AGENT).
 
-Exit codes of every verb that talks to the server (scripts branch on them):
-
-    0  done
-    1  any other error (bad input, unknown unit, a bad row in a registered file)
-    2  usage error (a missing or malformed argument; Typer's own)
-    3  nothing to claim
-    4  refused by a ledger invariant (409, including a lost claim: attempt_superseded)
-    5  auth: missing, unknown or revoked token, or a role or holder that may not do this
-    6  unreachable: the server cannot be reached, or its database is unavailable
+Exit codes: see `agent_client`; `register` lives in `register`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
 import typer
 
-from work_ledger.cli.app import app, console, err_console
-from work_ledger.client import Client, NothingToClaim, to_json
-from work_ledger.client.models import Attempt, Question, Unit
-from work_ledger.client.units_file import BadRow, Row, read_units
-from work_ledger.config import load_settings
-from work_ledger.errors import (
-    Forbidden,
-    InvalidInput,
-    InvariantViolation,
-    Unauthorized,
-    Unavailable,
-    WorkLedgerError,
+from work_ledger.cli.agent_client import JsonOption, emit_json, handled, make_client
+from work_ledger.cli.app import app, console
+from work_ledger.cli.tables import (
+    add_plain_row,
+    attempts_table,
+    print_unit,
+    questions_table,
+    timestamp,
 )
-
-# rich is imported where a verb draws, never at import: `show X --json` must not pay for it.
-if TYPE_CHECKING:
-    from rich.table import Table
-
-EXIT_ERROR = 1
-EXIT_NOTHING_TO_CLAIM = 3
-EXIT_REFUSED = 4
-EXIT_AUTH = 5
-EXIT_UNREACHABLE = 6
-OPERATOR_TOKEN_FILE = "operator.token"
-
-JsonOption = typer.Option(False, "--json", help="Print JSON for scripts instead of tables.")
-
-
-def exit_code(exc: WorkLedgerError) -> int:
-    if isinstance(exc, NothingToClaim):
-        return EXIT_NOTHING_TO_CLAIM
-    if isinstance(exc, InvariantViolation):
-        return EXIT_REFUSED
-    if isinstance(exc, Unauthorized | Forbidden):
-        return EXIT_AUTH
-    if isinstance(exc, Unavailable):
-        return EXIT_UNREACHABLE
-    return EXIT_ERROR
-
-
-NO_AGENT_TOKEN = (
-    "no token: set WL_TOKEN to an agent's own token. On the server's host, `work-ledger "
-    "token create --role agent --principal NAME` mints one (its last line is the token). "
-    "Agent verbs, `run` and `mcp` never fall back to the operator token in WL_HOME."
-)
-
-
-def client_settings(*, operator: bool = False) -> tuple[str, str]:
-    """WL_URL and WL_TOKEN. Only an operator verb (`operator=True`) falls back to the
-    operator token `serve` stored in WL_HOME; without a token the verb stops, saying how
-    to get one."""
-    settings = load_settings()
-    token = settings.token
-    if token is None and operator:
-        stored = Path(settings.home) / OPERATOR_TOKEN_FILE
-        if stored.is_file():
-            token = stored.read_text().strip() or None
-    if token is None:
-        err_console.print(NO_AGENT_TOKEN, markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_AUTH)
-    return settings.url, token
-
-
-def make_client(*, operator: bool = False) -> Client:
-    url, token = client_settings(operator=operator)
-    return Client(url, token, agent=os.environ.get("WL_AGENT") or None)
-
-
-@contextmanager
-def handled(as_json: bool) -> Iterator[None]:
-    """A ledger error becomes `code: detail` (or a JSON object) and its exit code."""
-    try:
-        yield
-    except WorkLedgerError as exc:
-        report_error(exc, as_json)
-        raise typer.Exit(exit_code(exc)) from None
-
-
-def report_error(exc: WorkLedgerError, as_json: bool) -> None:
-    if as_json:
-        body = {
-            "error": exc.code,
-            "detail": exc.detail,
-            "invariant": exc.invariant,
-            "unit_id": exc.unit_id,
-            "state": exc.state,
-            "allowed": exc.allowed,
-        }
-        typer.echo(json.dumps(body), err=True)
-        return
-    from rich.markup import escape
-
-    err_console.print(
-        f"[red]{exc.code}[/red]: {escape(exc.detail)}", highlight=False, soft_wrap=True
-    )
-    if exc.invariant and exc.invariant not in exc.detail:
-        err_console.print(
-            f"  invariant: {exc.invariant}", markup=False, highlight=False, soft_wrap=True
-        )
-    if exc.allowed:
-        err_console.print(
-            f"  allowed next: {', '.join(exc.allowed)}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-
-
-def emit_json(value: Any) -> None:
-    typer.echo(json.dumps(to_json(value), sort_keys=True))
-
-
-def _row(table: Table, *cells: str) -> None:
-    """Add a row whose cells are plain text (an external_ref like `a[1]` is not markup)."""
-    from rich.text import Text
-
-    table.add_row(*(Text(cell) for cell in cells))
-
-
-def _when(value: Any) -> str:
-    return "" if value is None else value.strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def unit_table(unit: Unit, attempt: Attempt | None = None) -> Table:
-    from rich.table import Table
-
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column()
-    rows = [
-        ("unit", unit.external_ref),
-        ("id", unit.id),
-        ("state", unit.state + (f" ({unit.disposition})" if unit.disposition else "")),
-        ("fleet / domain", f"{unit.fleet} / {unit.domain}"),
-        ("held by", unit.claimed_by or ""),
-        ("lease until", _when(unit.lease_expires_at)),
-        ("attempts", str(unit.attempt_count)),
-        ("cost", f"{unit.cost_cents} cents"),
-        ("evidence", "\n".join(unit.evidence_urls)),
-    ]
-    if attempt is not None:
-        rows.append(("attempt", f"{attempt.attempt_no} {attempt.id} ({attempt.outcome or 'live'})"))
-    for key, value in rows:
-        if value:
-            _row(table, key, value)
-    return table
-
-
-def attempts_table(attempts: list[Attempt]) -> Table:
-    from rich.table import Table
-
-    table = Table(
-        "no", "agent", "outcome", "cost", "started", "ended", "evidence", title="attempts"
-    )
-    for a in sorted(attempts, key=lambda a: a.attempt_no):
-        _row(
-            table,
-            str(a.attempt_no),
-            a.agent_id,
-            a.outcome or "live",
-            str(a.cost_cents),
-            _when(a.started_at),
-            _when(a.ended_at),
-            a.evidence_url or "",
-        )
-    return table
-
-
-def questions_table(questions: list[Question], title: str = "questions") -> Table:
-    from rich.table import Table
-
-    table = Table("id", "unit", "status", "question", "answer", "routed as", title=title)
-    for q in questions:
-        _row(table, q.id, q.unit_id, q.status, q.question, q.answer or "", q.external_task_id or "")
-    return table
-
-
-def print_unit(unit: Unit, attempt: Attempt | None = None) -> None:
-    console.print(unit_table(unit, attempt))
-
-
-# -- the verbs ---------------------------------------------------------------------------
+from work_ledger.client import Client, NothingToClaim
+from work_ledger.errors import InvariantViolation
 
 UnitArg = typer.Argument(
     ..., envvar="WL_UNIT_ID", help="The unit: its id or external_ref (default $WL_UNIT_ID)."
@@ -408,9 +222,9 @@ def events(
         table = Table(*columns if unit else ["unit", *columns], title="events")
         for e in page.items:
             move = f"{e.from_state or ''} → {e.to_state or ''}" if e.to_state else ""
-            cells = [str(e.id), _when(e.created_at), e.event_type, move, e.agent_id or ""]
+            cells = [str(e.id), timestamp(e.created_at), e.event_type, move, e.agent_id or ""]
             cells.append(str(e.cost_delta_cents or ""))
-            _row(table, *cells if unit else [e.unit_id, *cells])
+            add_plain_row(table, *cells if unit else [e.unit_id, *cells])
         console.print(table)
         if page.next_cursor:
             console.print(f"more: --cursor {page.next_cursor}", highlight=False)
@@ -437,76 +251,3 @@ def questions(
             wait_seconds=wait,
         )
         emit_json(page) if as_json else console.print(questions_table(page.items))
-
-
-FileArg = typer.Argument(..., exists=True, dir_okay=False, help="A CSV or JSONL file.")
-
-
-@app.command()
-def register(
-    file: Path = FileArg,
-    fleet: str | None = typer.Option(None, help="Fleet for rows that leave it out."),
-    domain: str | None = typer.Option(None, help="Domain for rows that leave it out."),
-    batch: int = typer.Option(1000, min=1, max=1000, help="Units per request (at most 1000)."),
-    as_json: bool = JsonOption,
-) -> None:
-    """Register the units of a CSV or JSONL file; known ones count as existing. Idempotent."""
-    rows = list(read_units(file, fleet=fleet, domain=domain))
-    good = [r for r in rows if isinstance(r, Row)]
-    bad = [r for r in rows if isinstance(r, BadRow)]
-    created = existing = 0
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
-    progress = Progress(
-        TextColumn("registering"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=err_console,
-        disable=as_json or not err_console.is_terminal,
-    )
-    with handled(as_json), make_client(operator=True) as client, progress:
-        task = progress.add_task("register", total=len(good))
-        for at in range(0, len(good), batch):
-            chunk = good[at : at + batch]
-            try:
-                done = client.register([r.unit for r in chunk])
-            except InvalidInput as exc:
-                bad.extend(_bad_batch(chunk, exc))
-            else:
-                created, existing = created + done.created, existing + done.existing
-            progress.advance(task, len(chunk))
-    bad.sort(key=lambda r: r.line)
-    summary = {"created": created, "existing": existing, "bad": len(bad)}
-    if as_json:
-        emit_json({**summary, "bad_rows": [{"line": b.line, "error": b.error} for b in bad]})
-    else:
-        console.print(
-            f"{file.name}: {created} created, {existing} existing, {len(bad)} bad row(s)",
-            markup=False,
-            highlight=False,
-        )
-        for b in bad:
-            err_console.print(
-                f"  line {b.line}: {b.error}", markup=False, highlight=False, soft_wrap=True
-            )
-    if bad:
-        raise typer.Exit(EXIT_ERROR)
-
-
-def _bad_batch(chunk: list[Row], exc: InvalidInput) -> list[BadRow]:
-    """The rows a refused batch names (by `units[i]` in its errors), else the whole batch."""
-    named: dict[int, str] = {}
-    for error in exc.extra.get("errors") or []:
-        loc = [p for p in error.get("loc", []) if isinstance(p, int)]
-        if loc and 0 <= loc[0] < len(chunk):
-            named[loc[0]] = f"refused by the server: {error.get('msg', exc.detail)}"
-    if named:
-        return [BadRow(chunk[i].line, why) for i, why in named.items()]
-    return [BadRow(r.line, f"batch refused: {exc.code}: {exc.detail}") for r in chunk]

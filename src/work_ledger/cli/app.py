@@ -27,7 +27,6 @@ T = TypeVar("T")
 VERBS = {
     **dict.fromkeys(
         (
-            "register",
             "claim",
             "start",
             "heartbeat",
@@ -43,6 +42,7 @@ VERBS = {
         ),
         "agent",
     ),
+    "register": "register",
     "run": "run",
     "mcp": "mcp",
     "serve": "server",

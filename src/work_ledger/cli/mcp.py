@@ -10,7 +10,7 @@ import os
 
 import typer
 
-from work_ledger.cli.agent import client_settings
+from work_ledger.cli.agent_client import client_settings
 from work_ledger.cli.app import app
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import typer
 
-from work_ledger.cli.agent import (
+from work_ledger.cli.agent_client import (
     EXIT_REFUSED,
     client_settings,
     handled,

@@ -32,9 +32,7 @@ def audit() -> None:
     """Replay the event log and check every invariant; exit 1 listing each violation."""
 
     async def _audit() -> list[tuple[str, str, str]]:
-        async with open_ledger(
-            load_settings(), max_connections=1, statement_timeout=None
-        ) as ledger:
+        async with open_ledger(load_settings(), max_connections=1, unbounded=True) as ledger:
             return [(v.external_ref, v.rule, v.detail) for v in await ledger.audit()]
 
     violations = run_async(_audit())

@@ -3,8 +3,8 @@
 CSV: a header row naming `external_ref` and `fleet` (and optionally `domain`,
 `workflow_id`); JSONL: one object per line with the same keys. A default fleet or domain
 fills rows that leave them out. Blank lines are skipped. A row is bad when a required
-field is missing or empty, a field is too long or unknown, or its external_ref already
-appeared on an earlier line.
+field is missing or empty, a field is too long, unknown or not UTF-8 (JSON's lone
+surrogate escapes), or its external_ref already appeared on an earlier line.
 """
 
 from __future__ import annotations
@@ -119,4 +119,15 @@ def _check(fields: dict[str, Any], fleet: str | None, domain: str | None) -> New
     too_long = [n for n in FIELDS if len(values.get(n) or "") > MAX_REF]
     if too_long:
         return f"{', '.join(too_long)} longer than {MAX_REF} characters"
+    unsendable = [n for n in FIELDS if not _is_utf8(values.get(n) or "")]
+    if unsendable:
+        return f"{', '.join(unsendable)} is not UTF-8 text (a lone surrogate escape?); fix the file"
     return NewUnit(ref, unit_fleet, values.get("domain") or None, values.get("workflow_id"))
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from work_ledger.config import Settings
+from work_ledger.config import DEFAULT_STATEMENT_TIMEOUT, Settings
 from work_ledger.db.embedded import DATABASE_NAME, embedded_server_url
 
 # Every connection talks UTC and names itself in pg_stat_activity.
@@ -72,9 +72,8 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 # A hung server or network must turn into an error the caller can act on (503), not a
-# request that never answers. Every ledger statement is an index lookup or a short scan.
+# connection attempt that never ends.
 CONNECT_TIMEOUT_SECONDS = 10.0
-STATEMENT_TIMEOUT_SECONDS = 30.0
 
 
 async def create_pool(
@@ -82,7 +81,7 @@ async def create_pool(
     *,
     min_size: int = 2,
     max_size: int = 10,
-    statement_timeout: float | None = STATEMENT_TIMEOUT_SECONDS,
+    statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
     server_settings: dict[str, str] = SERVER_SETTINGS,
 ) -> asyncpg.Pool:
     pool = await asyncpg.create_pool(

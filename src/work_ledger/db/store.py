@@ -25,7 +25,6 @@ _UNAVAILABLE = (
     # A connection cut mid-statement (e.g. PostgreSQL shutting down) is left half-way
     # through its protocol; asyncpg then refuses the next step or the pool's reset with this.
     asyncpg.InternalClientError,
-    TimeoutError,  # the pool's connect or statement timeout
 )
 
 
@@ -44,6 +43,13 @@ async def translated_errors() -> AsyncIterator[None]:
         ) from exc
     except (asyncpg.DataError, asyncpg.ProgramLimitExceededError) as exc:
         raise InvalidInput(f"the database refused a value: {exc}") from exc
+    except TimeoutError as exc:  # the pool's connect timeout or WL_STATEMENT_TIMEOUT
+        # A statement already sent to a hung server may still run once it wakes up.
+        raise Unavailable(
+            "the ledger database did not answer in time (WL_STATEMENT_TIMEOUT); a write "
+            "may still be applied when it recovers: retry shortly with the same "
+            "Idempotency-Key, which acts once"
+        ) from exc
     except _UNAVAILABLE as exc:
         raise Unavailable(
             f"the ledger database is unreachable ({type(exc).__name__}); retry shortly"
