@@ -498,26 +498,6 @@ def _bad_tokens(target: Target) -> list[str]:
     ]
 
 
-async def test_malformed_truncated_and_forged_tokens_are_401(target: Target) -> None:
-    """Every bad token on a write and a read: 401 (or, once this client has failed its
-    burst of authentications, 429 rate_limited), nothing changed."""
-    refused = 0
-    for header in _bad_tokens(target):
-        headers = {"Authorization": header} if header else {}
-        for method, path, body in (
-            ("POST", "/units/claim", {}),
-            ("POST", "/units", {"units": [{"external_ref": "forged", "fleet": "f"}]}),
-            ("GET", "/units", None),
-        ):
-            response = await _send(target, method, path, role=None, body=body, headers=headers)
-            if response.status_code == 429:
-                assert refused >= FailureLimiter().burst, (header[:40], path, refused)
-                assert response.json()["code"] == "rate_limited"
-                continue
-            assert response.status_code == 401, (header[:40], path, response.text)
-            refused += 1
-
-
 async def test_revoked_token_is_401(target: Target, tmp_path: Path) -> None:
     """A token revoked with `work-ledger token revoke` no longer claims."""
     [token] = await mint(target.database_url, [(Role.AGENT, "revoked-agent")])
@@ -642,3 +622,24 @@ async def test_schemathesis_fuzz_finds_no_server_error(target: Target) -> None:
     target.tried += sum(statuses.values())
     assert failures == []
     assert sum(statuses.values()) > 100
+
+
+async def test_malformed_truncated_and_forged_tokens_are_401(target: Target) -> None:
+    """Every bad token on a write and a read: 401 (or, once this client has failed its
+    burst of authentications, 429 rate_limited), nothing changed. Last in the module: the
+    flood spends this client's budget, and a valid token not yet cached would get 429."""
+    refused = 0
+    for header in _bad_tokens(target):
+        headers = {"Authorization": header} if header else {}
+        for method, path, body in (
+            ("POST", "/units/claim", {}),
+            ("POST", "/units", {"units": [{"external_ref": "forged", "fleet": "f"}]}),
+            ("GET", "/units", None),
+        ):
+            response = await _send(target, method, path, role=None, body=body, headers=headers)
+            if response.status_code == 429:
+                assert refused >= FailureLimiter().burst, (header[:40], path, refused)
+                assert response.json()["code"] == "rate_limited"
+                continue
+            assert response.status_code == 401, (header[:40], path, response.text)
+            refused += 1
