@@ -65,22 +65,26 @@ async def test_long_poll_holds_no_reservation_while_it_waits(
     """A parked keyed claim holds no key row and no transaction; its empty answer is kept."""
     agent = await api.as_role(Role.AGENT, "agent-1")
     key = {"Idempotency-Key": "wait-empty"}
-    waiting = asyncio.create_task(agent.post("/units/claim", json={"wait_seconds": 2}, headers=key))
+    waiting = asyncio.create_task(agent.post("/units/claim", json={"wait_seconds": 5}, headers=key))
     notifier: Notifier = api.app.state.notifier
 
-    async def parked() -> bool:
-        return len(notifier.claims(None)) == 1
+    async def parked_holding_nothing() -> bool:
+        # Queued in the notifier comes just before each look; the look's transaction ends
+        # right after it: poll for both, and fail if the wait ran out before they held.
+        assert not waiting.done(), "the claim answered before it was seen waiting idle"
+        if len(notifier.claims(None)) != 1:
+            return False
+        keys = await raw.fetchval("SELECT count(*) FROM wl_idempotency_keys")
+        in_tx = await raw.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'work-ledger' "
+            "AND state LIKE 'idle in transaction%'"
+        )
+        return bool(keys == 0 and in_tx == 0)
 
-    await _until(parked, "the claim parked")
-    assert await raw.fetchval("SELECT count(*) FROM wl_idempotency_keys") == 0
-    in_tx = await raw.fetchval(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'work-ledger' "
-        "AND state LIKE 'idle in transaction%'"
-    )
-    assert in_tx == 0
+    await _until(parked_holding_nothing, "the claim parked, holding no key and no transaction")
     empty = await waiting
     assert (empty.status_code, empty.json()["unit"]) == (200, None)
-    again = await agent.post("/units/claim", json={"wait_seconds": 2}, headers=key)
+    again = await agent.post("/units/claim", json={"wait_seconds": 5}, headers=key)
     assert (again.headers["Idempotent-Replayed"], again.content) == ("true", empty.content)
 
 
