@@ -285,17 +285,8 @@ class Projector:
         try:
             async with conn.transaction():  # a savepoint: a refused step leaves nothing
                 await Steps(self.lease_seconds, tx, p, moving).run()
-        except Refused as refusal:
-            return EventResult(
-                p.source_event_id,
-                EventOutcome.REFUSED,
-                state.unit.id,
-                before,
-                before,
-                refusal.invariant,
-                refusal.reason,
-            )
-        except InvariantViolation as exc:
+        except (Refused, InvariantViolation) as exc:
+            reason = exc.reason if isinstance(exc, Refused) else exc.detail
             return EventResult(
                 p.source_event_id,
                 EventOutcome.REFUSED,
@@ -303,7 +294,7 @@ class Projector:
                 before,
                 before,
                 exc.invariant,
-                exc.detail,
+                reason,
             )
         state.unit, state.attempt_id = moving.unit, moving.attempt_id
         return EventResult(
