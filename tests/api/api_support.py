@@ -33,10 +33,16 @@ class Api:
     clients: list[httpx.AsyncClient] = dataclasses.field(default_factory=list)
     server: uvicorn.Server | None = None
 
-    def open_connections(self) -> int:
-        """HTTP connections the server holds open (it drops one once it sees the hang-up)."""
+    def connections(self, *, mid_request: bool = False) -> set[object]:
+        """The HTTP connections the server holds open (it drops one once it sees the
+        hang-up); with `mid_request`, only those with a request not yet answered."""
         assert self.server is not None
-        return len(self.server.server_state.connections)
+        return {
+            conn
+            for conn in self.server.server_state.connections
+            if not mid_request
+            or ((cycle := getattr(conn, "cycle", None)) and not cycle.response_complete)
+        }
 
     @property
     def tokens(self) -> TokenStore:
