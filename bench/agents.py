@@ -65,8 +65,13 @@ def cpu_seconds(pid: int) -> float:
     return times.user + times.system
 
 
-def tree_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+def tree_bytes(path: Path, *, bytecode: bool) -> int:
+    """The size of the files under `path`: the compiled bytecode (.pyc) only, or all else."""
+    return sum(
+        p.stat().st_size
+        for p in path.rglob("*")
+        if p.is_file() and not p.is_symlink() and (p.suffix == ".pyc") == bytecode
+    )
 
 
 def spawn_serve(home: Path, port: int) -> subprocess.Popen[bytes]:
@@ -218,7 +223,9 @@ async def measure(args: argparse.Namespace, home: Path) -> dict[str, Any]:
         envs = {"full": BIN}
         if args.slim:
             envs["slim"] = args.slim / "bin"
-            found["slim_install_mb"] = tree_bytes(site_packages(args.slim)) / MB
+            packages = site_packages(args.slim)
+            found["slim_install_mb"] = tree_bytes(packages, bytecode=False) / MB
+            found["slim_bytecode_mb"] = tree_bytes(packages, bytecode=True) / MB
         if args.baseline:
             envs["baseline"] = args.baseline / "bin"
         for n, (name, bindir) in enumerate(envs.items(), start=1):
@@ -247,7 +254,12 @@ def table(found: dict[str, Any]) -> str:
         ),
     ]
     if "slim_install_mb" in found:
-        rows.append(("slim client install (site-packages)", f"{found['slim_install_mb']:.1f} MB"))
+        rows.append(
+            (
+                "slim client install (site-packages, without / only its bytecode)",
+                f"{found['slim_install_mb']:.1f} MB / {found['slim_bytecode_mb']:.1f} MB",
+            )
+        )
     for name in ("slim", "full", "baseline"):
         if f"show_json_seconds_{name}" in found:
             rows.append(

@@ -18,7 +18,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from work_ledger.cli.agent_client import JSON_HELP
 from work_ledger.cli.console import console, err_console
-from work_ledger.cli.verbs import CLIENT_VERBS, load, run_verb
+from work_ledger.cli.verbs import CLIENT_VERBS, import_verbs, load, run_verb
 from work_ledger.errors import WorkLedgerError
 
 if TYPE_CHECKING:
@@ -83,9 +83,7 @@ class LazyVerbs(TyperGroup):
     def _load(self, module: str) -> str | None:
         """Import a verb module and take its verbs; the missing package's name if it lacks one."""
         try:
-            # __import__, not importlib.import_module: `python -X importtime` (the test of
-            # what a verb loads) only sees imports made through the import statement.
-            __import__(f"work_ledger.cli.{module}")
+            import_verbs(module)
         except ModuleNotFoundError as exc:
             if (exc.name or "work_ledger").startswith("work_ledger"):
                 raise

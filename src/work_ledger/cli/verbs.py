@@ -88,11 +88,16 @@ def verb(*args: Arg) -> Callable[[F], F]:
     return declare
 
 
+def import_verbs(module: str) -> None:
+    """Import the module under work_ledger.cli that declares (or registers) some verbs."""
+    # __import__, not importlib.import_module: `python -X importtime` (the test of what a
+    # verb loads) only sees imports made through the import statement.
+    __import__(f"work_ledger.cli.{module}")
+
+
 def load(name: str) -> Verb:
     if name not in _DECLARED:
-        # __import__, not importlib.import_module: `python -X importtime` (the test of
-        # what a verb loads) only sees imports made through the import statement.
-        __import__(f"work_ledger.cli.{CLIENT_VERBS[name]}")
+        import_verbs(CLIENT_VERBS[name])
     return _DECLARED[name]
 
 
