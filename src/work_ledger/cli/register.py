@@ -46,16 +46,17 @@ class Tally:
 def _existing_file(name: str) -> Path:
     path = Path(name)
     if not path.exists():
-        raise ArgumentTypeError(
-            f"file {name!r} does not exist; give the path of a CSV or JSONL file"
-        )
+        raise ArgumentTypeError(f"file {name!r} does not exist; {GIVE_FILE}")
     if path.is_dir():
-        raise ArgumentTypeError(f"{name!r} is a directory; give the path of a CSV or JSONL file")
+        raise ArgumentTypeError(f"{name!r} is a directory; {GIVE_FILE}")
     return path
 
 
 def _batch_size(raw: str) -> int:
-    size = int(raw)
+    try:
+        size = int(raw)
+    except ValueError:
+        raise ArgumentTypeError(f"{raw!r} is not a whole number") from None
     if not 1 <= size <= MAX_BATCH:
         raise ArgumentTypeError(f"{size} is not in the range 1..{MAX_BATCH}")
     return size

@@ -110,12 +110,17 @@ def _parser(declared: Verb) -> tuple[argparse.ArgumentParser, list[tuple[Arg, ar
         allow_abbrev=False,
     )
     actions = []
+    skippable = False  # a positional before this one may be left out
     for a in declared.args:
         options = dict(a.options)
         if a.envvar:
             options["help"] = f"{options.get('help', '')} [env var: {a.envvar}]".strip()
         if a.positional:
-            options.setdefault("nargs", "?")
+            # Once one may be left out, every later one may too: argparse then matches the
+            # given ones in order (else it would skip UNIT to fill the required QUESTION).
+            skippable = skippable or bool(a.envvar) or "default" in options
+            if skippable:
+                options.setdefault("nargs", "?")
             options.setdefault("metavar", a.names[0].upper())
         actions.append((a, parser.add_argument(*a.names, **options)))
     parser.add_argument("--help", action="help", help=HELP)
