@@ -4,10 +4,12 @@ to the same call over REST, and the slim client's size, start-up and `run` wrapp
     uv run --group bench python bench/agents.py [--slim DIR] [--sessions 64] [--calls 200]
 
 Starts `work-ledger serve` (embedded PostgreSQL, a temporary WL_HOME) on a free port. `--slim`
-names a virtualenv holding only the slim client (`uv venv DIR && uv pip install --python
-DIR/bin/python work-ledger`, or the wheel); its size and its verbs are measured beside this
-environment's, and `--baseline VENV`'s verbs (another version's) beside both. Prints a
-markdown table and writes bench/results/agents-<time>.json.
+names a virtualenv holding only the slim client (`uv venv DIR && uv pip install
+--compile-bytecode --python DIR/bin/python work-ledger`, or the wheel); its size and its
+verbs are measured beside this environment's, and `--baseline VENV`'s verbs (another
+version's) beside both. Whether each environment holds compiled bytecode is reported with
+its start-up: without it (and with PYTHONDONTWRITEBYTECODE set) every run compiles every
+module it imports. Prints a markdown table and writes bench/results/agents-<time>.json.
 """
 
 from __future__ import annotations
@@ -50,13 +52,26 @@ def rss_mb(pid: int) -> float:
     return psutil.Process(pid).memory_info().rss / MB
 
 
+def peak_rss_mb(pid: int) -> float:
+    """The process's RSS high-water mark so far (VmHWM), not just its RSS at this instant."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024 / MB
+    return rss_mb(pid)
+
+
 def cpu_seconds(pid: int) -> float:
     times = psutil.Process(pid).cpu_times()
     return times.user + times.system
 
 
-def tree_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+def tree_bytes(path: Path, *, bytecode: bool) -> int:
+    """The size of the files under `path`: the compiled bytecode (.pyc) only, or all else."""
+    return sum(
+        p.stat().st_size
+        for p in path.rglob("*")
+        if p.is_file() and not p.is_symlink() and (p.suffix == ".pyc") == bytecode
+    )
 
 
 def spawn_serve(home: Path, port: int) -> subprocess.Popen[bytes]:
@@ -177,7 +192,7 @@ def run_wrapper_rss(bindir: Path, url: str, token: str, agent: str) -> float:
     peak = 0.0
     while proc.poll() is None:
         with contextlib.suppress(psutil.Error):
-            peak = max(peak, rss_mb(proc.pid))
+            peak = max(peak, peak_rss_mb(proc.pid))
         time.sleep(0.05)
     return peak
 
@@ -192,6 +207,12 @@ def site_packages(venv: Path) -> Path:
     return next(venv.glob("lib/python*/site-packages"))
 
 
+def has_bytecode(bindir: Path) -> bool:
+    """Whether the environment's packages (httpx, the bulk of a verb's imports) were compiled
+    to bytecode: pip does it on install, uv when asked (--compile-bytecode)."""
+    return any((site_packages(bindir.parent) / "httpx").glob("__pycache__/*.pyc"))
+
+
 async def measure(args: argparse.Namespace, home: Path) -> dict[str, Any]:
     proc, url, token = await start_serve(home)
     try:
@@ -202,13 +223,16 @@ async def measure(args: argparse.Namespace, home: Path) -> dict[str, Any]:
         envs = {"full": BIN}
         if args.slim:
             envs["slim"] = args.slim / "bin"
-            found["slim_install_mb"] = tree_bytes(site_packages(args.slim)) / MB
+            packages = site_packages(args.slim)
+            found["slim_install_mb"] = tree_bytes(packages, bytecode=False) / MB
+            found["slim_bytecode_mb"] = tree_bytes(packages, bytecode=True) / MB
         if args.baseline:
             envs["baseline"] = args.baseline / "bin"
         for n, (name, bindir) in enumerate(envs.items(), start=1):
             wall, cpu = show_seconds(bindir, url, token)
             found[f"show_json_seconds_{name}"], found[f"show_json_cpu_{name}"] = wall, cpu
             found[f"run_rss_mb_{name}"] = run_wrapper_rss(bindir, url, token, f"operator/r{n}")
+            found[f"bytecode_{name}"] = has_bytecode(bindir)
         return found
     finally:
         proc.terminate()
@@ -230,12 +254,18 @@ def table(found: dict[str, Any]) -> str:
         ),
     ]
     if "slim_install_mb" in found:
-        rows.append(("slim client install (site-packages)", f"{found['slim_install_mb']:.1f} MB"))
+        rows.append(
+            (
+                "slim client install (site-packages, without / only its bytecode)",
+                f"{found['slim_install_mb']:.1f} MB / {found['slim_bytecode_mb']:.1f} MB",
+            )
+        )
     for name in ("slim", "full", "baseline"):
         if f"show_json_seconds_{name}" in found:
             rows.append(
                 (
-                    f"`work-ledger show X --json` end to end ({name} install, median)",
+                    f"`work-ledger show X --json` end to end ({name} install, "
+                    f"{'' if found.get(f'bytecode_{name}') else 'no '}bytecode, median)",
                     f"{found[f'show_json_seconds_{name}'] * 1000:.0f} ms wall, "
                     f"{found[f'show_json_cpu_{name}'] * 1000:.0f} ms CPU",
                 )

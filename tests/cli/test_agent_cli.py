@@ -203,3 +203,38 @@ def test_default_token_read_from_home(cli: Cli, cli_server: LedgerServer, tmp_pa
     shown = cli("questions", "--json", WL_TOKEN="", WL_HOME=str(home))
     assert shown.exit_code == 0, shown.output
     assert json.loads(shown.stdout)["items"] == []
+
+
+def test_unit_and_attempt_come_from_the_environment(cli: Cli, tmp_path: Path) -> None:
+    """WL_UNIT_ID and WL_ATTEMPT_ID fill UNIT and --attempt when they are not given; given
+    arguments are matched in order (one argument to `verify` is UNIT) and options may come
+    between them."""
+    path = tmp_path / "u.csv"
+    path.write_text("external_ref,fleet\nu1,f\n")
+    cli("register", str(path))
+    claimed = json.loads(agent(cli, "claim", "--json").stdout)
+    ids = {"WL_UNIT_ID": claimed["unit"]["id"], "WL_ATTEMPT_ID": claimed["attempt"]["id"]}
+    started = cli("start", "--json", role="agent", principal="agent-1", **ids)
+    assert started.exit_code == 0, started.output
+    assert json.loads(started.stdout)["unit"]["state"] == "in_progress"
+    one_argument = cli("verify", EVIDENCE, role="agent", principal="agent-1", **ids)
+    assert one_argument.exit_code == 2
+    assert "missing argument EVIDENCE_URL" in one_argument.stderr
+    verified = agent(cli, "verify", "u1", "--reason", "tests pass", EVIDENCE, "--json")
+    assert verified.exit_code == 0, verified.output
+    assert json.loads(verified.stdout)["attempt"]["outcome"] == "verified"
+
+
+def test_usage_errors_exit_2_naming_what_is_missing(cli: Cli, tmp_path: Path) -> None:
+    """A missing argument names its variable; a malformed option or file says why; exit 2."""
+    missing = cli("show")
+    assert missing.exit_code == 2
+    assert "missing argument UNIT (or set WL_UNIT_ID)" in missing.stderr
+    malformed = cli("events", "--limit", "many")
+    assert malformed.exit_code == 2
+    assert "--limit: invalid int value: 'many'" in malformed.stderr
+    no_file = cli("register", str(tmp_path / "absent.csv"))
+    assert no_file.exit_code == 2
+    assert "does not exist" in no_file.stderr
+    assert cli("register", str(tmp_path), "--batch", "5").exit_code == 2
+    assert "not in the range 1..1000" in cli("register", __file__, "--batch", "0").stderr

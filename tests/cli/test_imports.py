@@ -42,6 +42,9 @@ SERVER_SIDE = (
     "prometheus_client",
 )
 DRAWING = ("rich", "pygments", "click")
+# The server and operator verbs' command line (Typer, and the pydantic it brings): a client
+# verb parses with plain argparse.
+TYPER = ("typer", "click", "pydantic", "pydantic_core")
 CLI = "from work_ledger.cli import main; main()"
 
 
@@ -80,29 +83,32 @@ def among(modules: set[str], packages: tuple[str, ...]) -> list[str]:
     )
 
 
-def test_show_json_imports_neither_server_mcp_nor_rich(
+def test_show_json_imports_neither_server_mcp_typer_nor_rich(
     served: LedgerServer, tmp_path: Path
 ) -> None:
-    """`show X --json`: the SDK and the agent verbs, nothing of the server, MCP or rich."""
+    """`show X --json`: the SDK and the agent verbs, nothing of the server, MCP, Typer or rich."""
     code, out, modules = imported(served, tmp_path, "show", "imports/1", "--json")
     assert code == 0
     assert json.loads(out)["unit"]["external_ref"] == "imports/1"
-    assert {"work_ledger.cli.agent", "work_ledger.client.sync", "httpx"} <= modules
-    assert among(modules, SERVER_SIDE + DRAWING) == []
+    assert {"work_ledger.cli.agent", "work_ledger.client.sync", "httpx", "argparse"} <= modules
+    assert among(modules, SERVER_SIDE + DRAWING + TYPER) == []
 
 
 def test_show_table_imports_rich_only_to_draw(served: LedgerServer, tmp_path: Path) -> None:
-    """`show X` draws a table: rich comes in, and still nothing of the server or MCP."""
+    """`show X` draws a table: rich comes in, and still nothing of the server, MCP or Typer."""
     code, out, modules = imported(served, tmp_path, "show", "imports/1")
     assert code == 0
     assert "imports/1" in out
     assert "rich.table" in modules
-    assert among(modules, SERVER_SIDE) == []
+    assert among(modules, SERVER_SIDE + TYPER) == []
 
 
-def test_run_imports_neither_server_mcp_nor_rich(served: LedgerServer, tmp_path: Path) -> None:
-    """`run -- CMD` claims, runs CMD and settles: no server, MCP or rich (it draws nothing)."""
+def test_run_imports_neither_server_mcp_typer_nor_rich(
+    served: LedgerServer, tmp_path: Path
+) -> None:
+    """`run -- CMD` claims, runs CMD and settles: no server, MCP, Typer or rich (it draws
+    nothing)."""
     code, _, modules = imported(served, tmp_path, "run", "--", sys.executable, "-c", "pass")
     assert code == 0
     assert "work_ledger.cli.run" in modules
-    assert among(modules, SERVER_SIDE + DRAWING) == []
+    assert among(modules, SERVER_SIDE + DRAWING + TYPER) == []

@@ -114,6 +114,24 @@ def test_tls_verify_reads_wl_ca_bundle_before_ssl_cert_file(
     assert tls_verify(None) is True
 
 
+def test_tls_verify_loads_no_ca_for_plain_http_only(
+    ca_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only plain http URLs: a context that checks certificates and trusts no CA (fails
+    closed); one https URL, or a CA bundle named, and the CAs are loaded as always."""
+    monkeypatch.delenv("WL_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    plain = tls_verify(None, ["http://127.0.0.1:4001", "http://localhost:4002"])
+    assert isinstance(plain, ssl.SSLContext)
+    assert plain.verify_mode == ssl.CERT_REQUIRED
+    assert plain.check_hostname
+    assert plain.cert_store_stats()["x509_ca"] == 0
+    assert tls_verify(None, ["http://127.0.0.1:4001", "https://ledger-b:4001"]) is True
+    named = tls_verify(ca_file, ["http://127.0.0.1:4001"])
+    assert isinstance(named, ssl.SSLContext)
+    assert named.cert_store_stats()["x509_ca"] == 1
+
+
 def test_tls_verify_refuses_a_file_that_is_not_pem(tmp_path: Path) -> None:
     """A CA bundle that is not PEM is named in a ClientMisconfigured."""
     junk = tmp_path / "junk.pem"

@@ -5,10 +5,15 @@ Exit codes: see `agent_client`; `register` lives in `register`.
 
 from __future__ import annotations
 
-import typer
-
-from work_ledger.cli.agent_client import JsonOption, emit_json, handled, make_client
-from work_ledger.cli.app import app, console
+from work_ledger.cli.agent_client import (
+    CLAIM_UNIT,
+    JSON,
+    LEASE,
+    emit_json,
+    handled,
+    make_client,
+)
+from work_ledger.cli.console import console
 from work_ledger.cli.tables import (
     add_plain_row,
     attempts_table,
@@ -16,18 +21,19 @@ from work_ledger.cli.tables import (
     questions_table,
     timestamp,
 )
+from work_ledger.cli.verbs import arg, verb
 from work_ledger.client import Client, NothingToClaim
 from work_ledger.errors import InvariantViolation
 
-UnitArg = typer.Argument(
-    ..., envvar="WL_UNIT_ID", help="The unit: its id or external_ref (default $WL_UNIT_ID)."
+UNIT = arg(
+    "unit", envvar="WL_UNIT_ID", help="The unit: its id or external_ref (default $WL_UNIT_ID)."
 )
-AttemptOption = typer.Option(
-    None,
+ATTEMPT = arg(
     "--attempt",
     envvar="WL_ATTEMPT_ID",
     help="Fence the write to this attempt (default $WL_ATTEMPT_ID); a lost claim is refused.",
 )
+REASON = arg("--reason", help="Why, for the event log.")
 
 
 def _live_attempt(client: Client, unit: str, attempt: str | None, *, last: bool = False) -> str:
@@ -48,14 +54,21 @@ def _live_attempt(client: Client, unit: str, attempt: str | None, *, last: bool 
     return found.id
 
 
-@app.command()
+@verb(
+    arg("--domain", help="Claim only from this domain."),
+    CLAIM_UNIT,
+    LEASE,
+    arg("--wait", type=int, help="Wait up to this many seconds (0..60)."),
+    arg("--start", action="store_true", help="Also move it to in_progress."),
+    JSON,
+)
 def claim(
-    domain: str | None = typer.Option(None, help="Claim only from this domain."),
-    unit: str | None = typer.Option(None, "--unit", help="Claim this unit (id or external_ref)."),
-    lease: int | None = typer.Option(None, help="Lease in seconds (default WL_LEASE_SECONDS)."),
-    wait: int | None = typer.Option(None, help="Wait up to this many seconds (0..60)."),
-    start: bool = typer.Option(False, "--start", help="Also move it to in_progress."),
-    as_json: bool = JsonOption,
+    domain: str | None,
+    unit: str | None,
+    lease: int | None,
+    wait: int | None,
+    start: bool,
+    as_json: bool,
 ) -> None:
     """Claim the next claimable unit (or --unit REF). Exit 3 when nothing is claimable."""
     with handled(as_json), make_client() as client:
@@ -76,37 +89,30 @@ def claim(
         print_unit(got.unit, got.attempt)
 
 
-@app.command()
-def start(
-    unit: str = UnitArg, attempt: str | None = AttemptOption, as_json: bool = JsonOption
-) -> None:
+@verb(UNIT, ATTEMPT, JSON)
+def start(unit: str, attempt: str | None, as_json: bool) -> None:
     """Move a claimed unit to in_progress."""
     with handled(as_json), make_client() as client:
         step = client.start(unit, attempt_id=attempt)
         emit_json(step) if as_json else print_unit(step.unit, step.attempt)
 
 
-@app.command()
-def heartbeat(
-    unit: str = UnitArg,
-    attempt: str | None = AttemptOption,
-    lease: int | None = typer.Option(None, help="Renew the lease for this many seconds."),
-    as_json: bool = JsonOption,
-) -> None:
+@verb(UNIT, ATTEMPT, arg("--lease", type=int, help="Renew the lease for this many seconds."), JSON)
+def heartbeat(unit: str, attempt: str | None, lease: int | None, as_json: bool) -> None:
     """Extend the lease of your live attempt on a unit."""
     with handled(as_json), make_client() as client:
         step = client.heartbeat(_live_attempt(client, unit, attempt), lease_seconds=lease)
         emit_json(step) if as_json else print_unit(step.unit, step.attempt)
 
 
-@app.command()
-def block(
-    unit: str = UnitArg,
-    question: str = typer.Argument(..., help="The question a human must answer."),
-    group: str | None = typer.Option(None, help="Assignee group (default agent-questions)."),
-    attempt: str | None = AttemptOption,
-    as_json: bool = JsonOption,
-) -> None:
+@verb(
+    UNIT,
+    arg("question", help="The question a human must answer."),
+    arg("--group", help="Assignee group (default agent-questions)."),
+    ATTEMPT,
+    JSON,
+)
+def block(unit: str, question: str, group: str | None, attempt: str | None, as_json: bool) -> None:
     """Block an in_progress unit with a question; its lease pauses until the answer."""
     with handled(as_json), make_client() as client:
         asked = client.block(unit, question, assignee_group_slug=group, attempt_id=attempt)
@@ -117,39 +123,36 @@ def block(
         console.print(f"question {asked.question.id} is open", markup=False, highlight=False)
 
 
-@app.command()
-def answer(
-    unit: str = UnitArg,
-    text: str = typer.Argument(..., metavar="ANSWER", help="The answer to the open question."),
-    question: str | None = typer.Option(None, help="The question id (default: the open one)."),
-    as_json: bool = JsonOption,
-) -> None:
+@verb(
+    UNIT,
+    arg("text", metavar="ANSWER", help="The answer to the open question."),
+    arg("--question", help="The question id (default: the open one)."),
+    JSON,
+)
+def answer(unit: str, text: str, question: str | None, as_json: bool) -> None:
     """Answer a blocked unit's open question; the unit goes back to in_progress."""
     with handled(as_json), make_client(operator=True) as client:
         asked = client.unblock(unit, text, question_id=question)
         emit_json(asked) if as_json else print_unit(asked.unit)
 
 
-@app.command()
-def cost(
-    unit: str = UnitArg,
-    cents: int = typer.Argument(..., help="Cents spent (a positive whole number)."),
-    attempt: str | None = AttemptOption,
-    as_json: bool = JsonOption,
-) -> None:
+@verb(UNIT, arg("cents", type=int, help="Cents spent (a positive whole number)."), ATTEMPT, JSON)
+def cost(unit: str, cents: int, attempt: str | None, as_json: bool) -> None:
     """Record cost against your attempt (default: the unit's latest attempt)."""
     with handled(as_json), make_client() as client:
         step = client.record_cost(_live_attempt(client, unit, attempt, last=True), cents)
         emit_json(step) if as_json else print_unit(step.unit, step.attempt)
 
 
-@app.command()
+@verb(
+    UNIT,
+    arg("evidence_url", help="An http(s) link to the evidence."),
+    arg("--reason", help="A short note for the event log."),
+    ATTEMPT,
+    JSON,
+)
 def verify(
-    unit: str = UnitArg,
-    evidence_url: str = typer.Argument(..., help="An http(s) link to the evidence."),
-    reason: str | None = typer.Option(None, help="A short note for the event log."),
-    attempt: str | None = AttemptOption,
-    as_json: bool = JsonOption,
+    unit: str, evidence_url: str, reason: str | None, attempt: str | None, as_json: bool
 ) -> None:
     """Move an in_progress unit to verified with a link to the evidence."""
     with handled(as_json), make_client() as client:
@@ -157,14 +160,21 @@ def verify(
         emit_json(step) if as_json else print_unit(step.unit, step.attempt)
 
 
-@app.command()
+@verb(
+    UNIT,
+    arg("disposition", help="MIGRATED, DROPPED, DEFERRED or DEAD."),
+    arg("--evidence", help="An http(s) link to the evidence."),
+    REASON,
+    ATTEMPT,
+    JSON,
+)
 def dispose(
-    unit: str = UnitArg,
-    disposition: str = typer.Argument(..., help="MIGRATED, DROPPED, DEFERRED or DEAD."),
-    evidence: str | None = typer.Option(None, help="An http(s) link to the evidence."),
-    reason: str | None = typer.Option(None, help="Why, for the event log."),
-    attempt: str | None = AttemptOption,
-    as_json: bool = JsonOption,
+    unit: str,
+    disposition: str,
+    evidence: str | None,
+    reason: str | None,
+    attempt: str | None,
+    as_json: bool,
 ) -> None:
     """Close a unit for good: MIGRATED once verified, else DROPPED, DEFERRED or DEAD."""
     with handled(as_json), make_client() as client:
@@ -174,13 +184,15 @@ def dispose(
         emit_json({"unit": done}) if as_json else print_unit(done)
 
 
-@app.command()
+@verb(
+    UNIT,
+    arg("--outcome", default="abandoned", help="How the attempt ends: abandoned or failed."),
+    REASON,
+    ATTEMPT,
+    JSON,
+)
 def release(
-    unit: str = UnitArg,
-    outcome: str = typer.Option("abandoned", help="How the attempt ends: abandoned or failed."),
-    reason: str | None = typer.Option(None, help="Why, for the event log."),
-    attempt: str | None = AttemptOption,
-    as_json: bool = JsonOption,
+    unit: str, outcome: str, reason: str | None, attempt: str | None, as_json: bool
 ) -> None:
     """Give a claimed or in_progress unit back (ready) for another attempt."""
     with handled(as_json), make_client() as client:
@@ -188,8 +200,8 @@ def release(
         emit_json(step) if as_json else print_unit(step.unit, step.attempt)
 
 
-@app.command()
-def show(unit: str = UnitArg, as_json: bool = JsonOption) -> None:
+@verb(UNIT, JSON)
+def show(unit: str, as_json: bool) -> None:
     """Show a unit with its attempts and questions."""
     with handled(as_json), make_client(operator=True) as client:
         detail = client.get_unit(unit)
@@ -203,13 +215,13 @@ def show(unit: str = UnitArg, as_json: bool = JsonOption) -> None:
             console.print(questions_table(detail.questions))
 
 
-@app.command()
-def events(
-    unit: str | None = typer.Argument(None, help="Only this unit's events."),
-    limit: int = typer.Option(20, help="How many (1..500), newest first."),
-    cursor: str | None = typer.Option(None, help="Continue from a previous page."),
-    as_json: bool = JsonOption,
-) -> None:
+@verb(
+    arg("unit", default=None, help="Only this unit's events."),
+    arg("--limit", type=int, default=20, help="How many (1..500), newest first."),
+    arg("--cursor", help="Continue from a previous page."),
+    JSON,
+)
+def events(unit: str | None, limit: int, cursor: str | None, as_json: bool) -> None:
     """The event log, newest first (of one unit, or of the whole ledger)."""
     with handled(as_json), make_client(operator=True) as client:
         page = client.list_events(unit, limit=limit, cursor=cursor)
@@ -230,16 +242,25 @@ def events(
             console.print(f"more: --cursor {page.next_cursor}", highlight=False)
 
 
-@app.command()
-def questions(
-    status: str | None = typer.Option("open", help="open, answered or cancelled ('' for all)."),
-    group: str | None = typer.Option(None, help="Only this assignee group."),
-    limit: int = typer.Option(50, help="How many (1..500)."),
-    wait: int | None = typer.Option(None, help="Wait up to this many seconds for one."),
-    unrouted: bool = typer.Option(
-        False, "--unrouted", help="Only those not yet routed to the human queue (triage)."
+@verb(
+    arg("--status", default="open", help="open, answered or cancelled ('' for all)."),
+    arg("--group", help="Only this assignee group."),
+    arg("--limit", type=int, default=50, help="How many (1..500)."),
+    arg("--wait", type=int, help="Wait up to this many seconds for one."),
+    arg(
+        "--unrouted",
+        action="store_true",
+        help="Only those not yet routed to the human queue (triage).",
     ),
-    as_json: bool = JsonOption,
+    JSON,
+)
+def questions(
+    status: str | None,
+    group: str | None,
+    limit: int,
+    wait: int | None,
+    unrouted: bool,
+    as_json: bool,
 ) -> None:
     """List blocking questions (open ones by default)."""
     with handled(as_json), make_client(operator=True) as client:

@@ -4,7 +4,7 @@ Exit codes of every verb that talks to the server (scripts branch on them):
 
     0  done
     1  any other error (bad input, unknown unit, a bad row in a registered file)
-    2  usage error (a missing or malformed argument; Typer's own)
+    2  usage error (a missing or malformed argument)
     3  nothing to claim
     4  refused by a ledger invariant (409, including a lost claim: attempt_superseded)
     5  auth: missing, unknown or revoked token, or a role or holder that may not do this
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import typer
-
-from work_ledger.cli.app import err_console
+from work_ledger.cli.console import err_console
+from work_ledger.cli.verbs import arg
 from work_ledger.client import Client, NothingToClaim, to_json
 from work_ledger.config import load_settings
 from work_ledger.errors import (
@@ -40,7 +40,11 @@ EXIT_AUTH = 5
 EXIT_UNREACHABLE = 6
 OPERATOR_TOKEN_FILE = "operator.token"
 
-JsonOption = typer.Option(False, "--json", help="Print JSON for scripts instead of tables.")
+JSON_HELP = "Print JSON for scripts instead of tables."
+JSON = arg("--json", dest="as_json", action="store_true", help=JSON_HELP)
+# The options `claim` and `run` share.
+CLAIM_UNIT = arg("--unit", help="Claim this unit (id or external_ref).")
+LEASE = arg("--lease", type=int, help="Lease in seconds (default WL_LEASE_SECONDS).")
 
 
 def exit_code(exc: WorkLedgerError) -> int:
@@ -73,8 +77,8 @@ def client_settings(*, operator: bool = False) -> tuple[str, str]:
         if stored.is_file():
             token = stored.read_text().strip() or None
     if token is None:
-        err_console.print(NO_AGENT_TOKEN, markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_AUTH)
+        print(NO_AGENT_TOKEN, file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_AUTH)
     return settings.url, token
 
 
@@ -90,7 +94,7 @@ def handled(as_json: bool) -> Iterator[None]:
         yield
     except WorkLedgerError as exc:
         report_error(exc, as_json)
-        raise typer.Exit(exit_code(exc)) from None
+        raise SystemExit(exit_code(exc)) from None
 
 
 def report_error(exc: WorkLedgerError, as_json: bool) -> None:
@@ -103,7 +107,7 @@ def report_error(exc: WorkLedgerError, as_json: bool) -> None:
             "state": exc.state,
             "allowed": exc.allowed,
         }
-        typer.echo(json.dumps(body), err=True)
+        print(json.dumps(body), file=sys.stderr, flush=True)
         return
     from rich.markup import escape
 
@@ -124,4 +128,4 @@ def report_error(exc: WorkLedgerError, as_json: bool) -> None:
 
 
 def emit_json(value: Any) -> None:
-    typer.echo(json.dumps(to_json(value), sort_keys=True))
+    print(json.dumps(to_json(value), sort_keys=True), flush=True)

@@ -11,7 +11,7 @@ import os
 import typer
 
 from work_ledger.cli.agent_client import client_settings
-from work_ledger.cli.app import app
+from work_ledger.cli.typer_app import app
 
 
 @app.command()

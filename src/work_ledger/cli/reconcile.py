@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from work_ledger.cli.app import app, console, err_console
 from work_ledger.cli.temporal import Address, Namespace, Tls, TlsFile, connection
+from work_ledger.cli.typer_app import app, console, err_console
 from work_ledger.config import load_settings
 from work_ledger.db.connect import resolve_database_url
 from work_ledger.errors import WorkLedgerError

@@ -9,27 +9,28 @@ batch sent again never registers a unit twice.
 
 from __future__ import annotations
 
+from argparse import ArgumentTypeError
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import typer
-
 from work_ledger.cli.agent_client import (
     EXIT_ERROR,
-    JsonOption,
+    JSON,
     emit_json,
     exit_code,
     make_client,
     report_error,
 )
-from work_ledger.cli.app import app, console, err_console
+from work_ledger.cli.console import console, err_console
+from work_ledger.cli.verbs import arg, verb
 from work_ledger.client.models import NewUnit, Registration
 from work_ledger.client.units_file import BadRow, Row, read_units
 from work_ledger.errors import InvalidInput, WorkLedgerError
 
 Register = Callable[[list[NewUnit]], Registration]
-FileArg = typer.Argument(..., exists=True, dir_okay=False, help="A CSV or JSONL file.")
+MAX_BATCH = 1000  # units per request the API takes
+GIVE_FILE = "give the path of a CSV or JSONL file"
 
 
 @dataclass
@@ -42,14 +43,38 @@ class Tally:
     unconfirmed: list[Row] = field(default_factory=list)
 
 
-@app.command()
-def register(
-    file: Path = FileArg,
-    fleet: str | None = typer.Option(None, help="Fleet for rows that leave it out."),
-    domain: str | None = typer.Option(None, help="Domain for rows that leave it out."),
-    batch: int = typer.Option(1000, min=1, max=1000, help="Units per request (at most 1000)."),
-    as_json: bool = JsonOption,
-) -> None:
+def _existing_file(name: str) -> Path:
+    path = Path(name)
+    if not path.exists():
+        raise ArgumentTypeError(f"file {name!r} does not exist; {GIVE_FILE}")
+    if path.is_dir():
+        raise ArgumentTypeError(f"{name!r} is a directory; {GIVE_FILE}")
+    return path
+
+
+def _batch_size(raw: str) -> int:
+    try:
+        size = int(raw)
+    except ValueError:
+        raise ArgumentTypeError(f"{raw!r} is not a whole number") from None
+    if not 1 <= size <= MAX_BATCH:
+        raise ArgumentTypeError(f"{size} is not in the range 1..{MAX_BATCH}")
+    return size
+
+
+@verb(
+    arg("file", type=_existing_file, help="A CSV or JSONL file."),
+    arg("--fleet", help="Fleet for rows that leave it out."),
+    arg("--domain", help="Domain for rows that leave it out."),
+    arg(
+        "--batch",
+        type=_batch_size,
+        default=MAX_BATCH,
+        help=f"Units per request (at most {MAX_BATCH}).",
+    ),
+    JSON,
+)
+def register(file: Path, fleet: str | None, domain: str | None, batch: int, as_json: bool) -> None:
     """Register the units of a CSV or JSONL file; known ones count as existing. Idempotent."""
     rows = list(read_units(file, fleet=fleet, domain=domain))
     good = [r for r in rows if isinstance(r, Row)]
@@ -58,9 +83,9 @@ def register(
     _report(file, tally, as_json)
     if stopped is not None:
         report_error(stopped, as_json)
-        raise typer.Exit(exit_code(stopped))
+        raise SystemExit(exit_code(stopped))
     if tally.bad:
-        raise typer.Exit(EXIT_ERROR)
+        raise SystemExit(EXIT_ERROR)
 
 
 def _send_all(good: list[Row], batch: int, tally: Tally, *, quiet: bool) -> WorkLedgerError | None:

@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from work_ledger.cli.app import app, console, err_console, run_async
+from work_ledger.cli.typer_app import app, console, err_console, run_async
 from work_ledger.config import load_settings
 from work_ledger.db.connect import connect, resolve_database_url
 from work_ledger.errors import WorkLedgerError

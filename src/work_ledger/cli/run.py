@@ -23,21 +23,24 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
+from argparse import REMAINDER
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import typer
-
 from work_ledger.cli.agent_client import (
+    CLAIM_UNIT,
     EXIT_REFUSED,
+    LEASE,
     client_settings,
     handled,
     make_client,
 )
-from work_ledger.cli.app import app, err_console
+from work_ledger.cli.console import err_console
+from work_ledger.cli.verbs import arg, verb
 from work_ledger.client import Work
 from work_ledger.errors import WorkLedgerError
 
@@ -151,23 +154,23 @@ def _settle(work: Work, status: int, cost: int | None, evidence: str | None) -> 
     )
 
 
-CommandArg = typer.Argument(..., metavar="-- CMD...", help="The command to run.")
-
-
-@app.command(context_settings={"allow_interspersed_args": False})
+@verb(
+    # Everything from CMD on is CMD's own, its options too.
+    arg("command", nargs=REMAINDER, metavar="-- CMD...", help="The command to run."),
+    arg("--domain", help="Claim the next unit of this domain."),
+    CLAIM_UNIT,
+    LEASE,
+    arg("--wait", type=int, help="Wait up to this many seconds for a unit."),
+)
 def run(
-    command: list[str] = CommandArg,
-    domain: str | None = typer.Option(None, help="Claim the next unit of this domain."),
-    unit: str | None = typer.Option(None, "--unit", help="Claim this unit (id or external_ref)."),
-    lease: int | None = typer.Option(None, help="Lease in seconds (default WL_LEASE_SECONDS)."),
-    wait: int | None = typer.Option(None, help="Wait up to this many seconds for a unit."),
+    command: list[str], domain: str | None, unit: str | None, lease: int | None, wait: int | None
 ) -> None:
     """Claim a unit, run CMD on it while heartbeating, and settle it by CMD's exit status."""
     with handled(False), make_client() as client:
         work = client.claim(domain=domain, unit=unit, lease_seconds=lease, wait_seconds=wait)
-        # Plain lines through typer.echo: rich would cost the wrapper ~6 MB for no styling.
+        # Plain lines, not rich: it would cost the wrapper ~6 MB for no styling.
         claimed = f"claimed {work.unit.external_ref} (attempt {work.attempt.attempt_no})"
-        typer.echo(claimed, err=True)
+        print(claimed, file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="wl-run-") as scratch:
             result_file = Path(scratch) / "result.json"
             work.start_heartbeat()
@@ -179,6 +182,6 @@ def run(
         if work.lost is not None:
             if cost:
                 work.cost(cost)  # spent money is recorded even on a lost attempt
-            raise typer.Exit(EXIT_REFUSED)
-        typer.echo(_settle(work, status, cost, evidence), err=True)
-    raise typer.Exit(128 - status if status < 0 else status)
+            raise SystemExit(EXIT_REFUSED)
+        print(_settle(work, status, cost, evidence), file=sys.stderr, flush=True)
+    raise SystemExit(128 - status if status < 0 else status)

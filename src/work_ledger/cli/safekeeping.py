@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from work_ledger.cli.app import app, console, run_async
+from work_ledger.cli.typer_app import app, console, run_async
 from work_ledger.config import load_settings
 from work_ledger.db.connect import resolve_database_url
 from work_ledger.readside import connect_reader

@@ -10,7 +10,7 @@ from typing import NoReturn
 import typer
 from rich.table import Table
 
-from work_ledger.cli.app import app, console, err_console, run_async
+from work_ledger.cli.typer_app import app, console, err_console, run_async
 from work_ledger.config import DEFAULT_PORT, load_settings
 from work_ledger.db.connect import resolve_database_url
 from work_ledger.runtime import migrate_database, open_ledger

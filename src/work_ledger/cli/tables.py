@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from work_ledger.cli.app import console
+from work_ledger.cli.console import console
 from work_ledger.client.models import Attempt, Question, Unit
 
 # rich is imported when a table is drawn, never at import: `show X --json` must not pay for it.

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from work_ledger.auth import Role, TokenInfo, TokenStore, load_secret
-from work_ledger.cli.app import app, console, err_console, run_async
+from work_ledger.cli.typer_app import app, console, err_console, run_async
 from work_ledger.config import load_settings
 from work_ledger.runtime import open_ledger
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import typer
 
-from work_ledger.cli.agent_client import JsonOption, emit_json, handled, make_client
-from work_ledger.cli.app import app, console
+from work_ledger.cli.agent_client import emit_json, handled, make_client
 from work_ledger.cli.tables import questions_table
+from work_ledger.cli.typer_app import JsonOption, app, console
 
 
 @app.command()

@@ -13,9 +13,9 @@ Errors are the server's own classes (`work_ledger.errors`), carrying `invariant`
 `unit_id`, `state` and `allowed`; `NothingToClaim` and `Unreachable` are client-side.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from work_ledger.client._calls import AGENT_HEADER, DEFAULT_URL
-from work_ledger.client.aio import AsyncClient
-from work_ledger.client.aio_work import AsyncWork
 from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
 from work_ledger.client.models import (
     Asked,
@@ -34,6 +34,10 @@ from work_ledger.client.models import (
 )
 from work_ledger.client.sync import Client
 from work_ledger.client.work import Work
+
+if TYPE_CHECKING:
+    from work_ledger.client.aio import AsyncClient
+    from work_ledger.client.aio_work import AsyncWork
 
 __all__ = [
     "AGENT_HEADER",
@@ -59,3 +63,17 @@ __all__ = [
     "error_from_response",
     "to_json",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The async client is imported on first use: a sync caller (every CLI verb) never pays
+    # for asyncio.
+    if name == "AsyncClient":
+        from work_ledger.client.aio import AsyncClient
+
+        return AsyncClient
+    if name == "AsyncWork":
+        from work_ledger.client.aio_work import AsyncWork
+
+        return AsyncWork
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

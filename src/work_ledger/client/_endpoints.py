@@ -60,14 +60,21 @@ def _check(url: str) -> None:
         )
 
 
-def tls_verify(ca_bundle: str | os.PathLike[str] | None) -> ssl.SSLContext | bool:
+def tls_verify(
+    ca_bundle: str | os.PathLike[str] | None, urls: Sequence[str] = ()
+) -> ssl.SSLContext | bool:
     """What to check server certificates against: `ca_bundle`, else WL_CA_BUNDLE, else
-    SSL_CERT_FILE, else the public CAs (certifi)."""
+    SSL_CERT_FILE, else the public CAs (certifi), unless every one of `urls` is plain http."""
     named, source = ca_bundle, "ca_bundle="
     for variable in CA_BUNDLE_VARIABLES:
         if named is None and os.environ.get(variable):
             named, source = os.environ[variable], variable
     if named is None:
+        if urls and not any(url.startswith("https:") for url in urls):
+            # Plain http never handshakes: spare loading the public CAs (a third of the
+            # client's set-up). The context still checks certificates but trusts no CA, so
+            # an https connection made with it anyway fails closed.
+            return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         return True
     path = Path(named)
     try:

@@ -60,7 +60,7 @@ class AsyncClient:
         self._http = httpx.AsyncClient(
             headers=sent,
             timeout=timeout,
-            verify=tls_verify(ca_bundle),
+            verify=tls_verify(ca_bundle, self.endpoints.urls),
             transport=transport,
         )
 

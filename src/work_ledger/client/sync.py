@@ -69,7 +69,7 @@ class Client:
         self._http = httpx.Client(
             headers=sent,
             timeout=timeout,
-            verify=tls_verify(ca_bundle),
+            verify=tls_verify(ca_bundle, self.endpoints.urls),
             transport=transport,
         )
 

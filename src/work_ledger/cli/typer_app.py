@@ -1,49 +1,35 @@
-"""The Typer application that every CLI module adds its verbs to, loaded verb by verb.
+"""The Typer application of the server and operator verbs, loaded verb by verb.
 
 A verb's module is imported only when that verb runs (all of them for `--help`), so a
-client verb never loads the server's modules, the MCP SDK, or rich unless it draws. To
-add a verb: write it with `@app.command()` (or `app.add_typer`) in a module under `cli/`,
-and name it in `VERBS` below.
+verb never loads the server's modules, the MCP SDK, or rich unless it draws. To add a
+verb: write it with `@app.command()` (or `app.add_typer`) in a module under `cli/`, and
+name it in `VERBS` below. The client verbs (claim ... run) are not Typer commands: they
+are parsed by `cli/verbs.py` on plain argparse; the app lists them and hands them there.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
+from work_ledger.cli.agent_client import JSON_HELP
+from work_ledger.cli.console import console, err_console
+from work_ledger.cli.verbs import CLIENT_VERBS, import_verbs, load, run_verb
 from work_ledger.errors import WorkLedgerError
 
 if TYPE_CHECKING:
-    from rich.console import Console
     from typer._click import Command, Context
+
+__all__ = ["VERBS", "JsonOption", "app", "console", "err_console", "run_async"]
 
 T = TypeVar("T")
 
 # verb (or verb group) -> the module under work_ledger.cli that registers it
 VERBS = {
-    **dict.fromkeys(
-        (
-            "claim",
-            "start",
-            "heartbeat",
-            "block",
-            "answer",
-            "cost",
-            "verify",
-            "dispose",
-            "release",
-            "show",
-            "events",
-            "questions",
-        ),
-        "agent",
-    ),
-    "register": "register",
-    "run": "run",
     "mcp": "mcp",
     "serve": "server",
     "migrate": "server",
@@ -57,11 +43,27 @@ VERBS = {
     **dict.fromkeys(("backup", "restore", "export"), "safekeeping"),
 }
 
+JsonOption = typer.Option(False, "--json", help=JSON_HELP)
+
+
+class ClientVerb(TyperCommand):
+    """A client verb as the app lists it: its arguments go to argparse (`run_verb`) unparsed."""
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        ctx.args = list(args)
+        return ctx.args
+
+    def invoke(self, ctx: Context) -> None:
+        assert self.name is not None
+        run_verb(self.name, ctx.args)
+
 
 class LazyVerbs(TyperGroup):
     """Imports a verb's module when the verb is asked for, then finds it among the registered."""
 
     def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        if cmd_name in CLIENT_VERBS:
+            return ClientVerb(cmd_name, help=load(cmd_name).help, add_help_option=False)
         if cmd_name not in self.commands and cmd_name in VERBS:
             missing = self._load(VERBS[cmd_name])
             if missing is not None:
@@ -76,14 +78,12 @@ class LazyVerbs(TyperGroup):
     def list_commands(self, ctx: Context) -> list[str]:
         for module in sorted(set(VERBS.values())):
             self._load(module)  # a verb whose extra is not installed is left out of --help
-        return super().list_commands(ctx)
+        return [*CLIENT_VERBS, *super().list_commands(ctx)]
 
     def _load(self, module: str) -> str | None:
         """Import a verb module and take its verbs; the missing package's name if it lacks one."""
         try:
-            # __import__, not importlib.import_module: `python -X importtime` (the test of
-            # what a verb loads) only sees imports made through the import statement.
-            __import__(f"work_ledger.cli.{module}")
+            import_verbs(module)
         except ModuleNotFoundError as exc:
             if (exc.name or "work_ledger").startswith("work_ledger"):
                 raise
@@ -107,35 +107,6 @@ app = typer.Typer(
 def _verbs() -> None:
     # A callback keeps the app a group of verbs even while only one verb is loaded.
     pass
-
-
-class _LazyConsole:
-    """A rich Console made on first use, so a verb that draws nothing never imports rich."""
-
-    def __init__(self, **options: Any) -> None:
-        self._options = options
-        self._console: Console | None = None
-
-    def _made(self) -> Console:
-        if self._console is None:
-            from rich.console import Console
-
-            self._console = Console(**self._options)
-        return self._console
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._made(), name)
-
-    # Dunder methods bypass __getattr__; rich's Live and Progress enter the console.
-    def __enter__(self) -> Console:
-        return self._made().__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        self._made().__exit__(*exc)
-
-
-console = cast("Console", _LazyConsole())
-err_console = cast("Console", _LazyConsole(stderr=True))
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
