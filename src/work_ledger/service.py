@@ -180,9 +180,13 @@ class Ledger(LedgerReads):
         self, unit_ref: str, actor: Actor, *, attempt_id: uuid.UUID | None = None
     ) -> tuple[Unit, Attempt]:
         """claimed → in_progress."""
-        return await self._transition(
-            unit_ref, actor, to=State.IN_PROGRESS, leaving=[State.CLAIMED], attempt_id=attempt_id
-        )
+        unit_id = await self.resolve(unit_ref)
+        leaving = [State.CLAIMED]
+        args = (unit_id, leaving, actor.holder, attempt_id, actor.name)
+        row = await self.store.fetchrow("start_unit", *args)
+        if row is None:
+            raise await self._refused(unit_id, actor, "start", leaving, attempt_id)
+        return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
 
     async def verify(
         self,
@@ -259,7 +263,7 @@ class Ledger(LedgerReads):
             actor.name,
         )
         if row is None:
-            action = {State.IN_PROGRESS: "start", State.VERIFIED: "verify", State.READY: "release"}
+            action = {State.VERIFIED: "verify", State.READY: "release"}
             raise await self._refused(unit_id, actor, action[to], leaving, attempt_id)
         return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
 

@@ -181,6 +181,32 @@ async def test_claim_plan_cached_on_a_fresh_backlog_stays_cheap_as_it_fills(
     assert _rows_touched(plan) < 50, _rows_touched(plan)
 
 
+async def test_cached_start_plan_finds_its_unit_by_id_as_claims_pile_up(
+    ledger: Ledger, raw: asyncpg.Connection
+) -> None:
+    """A start planned while nearly every unit was ready and cached while thousands are
+    claimed looks its unit up by id, not through every live claim."""
+    await raw.execute(
+        "INSERT INTO work_units (external_ref, fleet) "
+        "SELECT 'b-' || g, 'fleet-a' FROM generate_series(1, 3000) AS g"
+    )
+    await raw.execute("ALTER TABLE work_units SET (autovacuum_enabled = off)")
+    await raw.execute("ANALYZE work_units")
+    claims = await asyncio.gather(*(ledger.claim(f"agent-{i}") for i in range(2000)))
+    unit, attempt = claims[-1].unit, claims[-1].attempt
+    assert unit is not None
+    assert attempt is not None
+    await raw.execute("SET plan_cache_mode = force_generic_plan")
+    await raw.execute(
+        "PREPARE start(uuid, work_state[], text, uuid, text) AS " + QUERIES["start_unit"]
+    )
+    plan = await raw.fetchval(
+        f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE start('{unit.id}', '{{claimed}}',"
+        f" '{unit.claimed_by}', '{attempt.id}', '{unit.claimed_by}')"
+    )
+    assert _rows_touched(plan) < 50, _rows_touched(plan)
+
+
 async def test_cached_listing_plan_starts_a_deep_page_at_its_cursor(
     ledger: Ledger, raw: asyncpg.Connection
 ) -> None:

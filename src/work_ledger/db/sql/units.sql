@@ -198,6 +198,32 @@ WITH live AS (
 SELECT unit.unit, a AS attempt
 FROM unit JOIN work_unit_attempts AS a ON a.id = $1;
 
+-- name: start_unit
+-- claimed → in_progress, the step every claim is followed by. $1 unit, $2 the states it
+-- may leave (claimed: a parameter, so that no cached plan can take the partial index of
+-- live claims for a lookup by id), $3 holder or null (privileged), $4 fenced attempt or
+-- null, $5 acting principal. One UPDATE and no lock taken before it: the live attempt is
+-- the one numbered as the unit's attempt count, so if a reclaim, a release or another
+-- start changes the unit first, the join re-checked on its new row refuses (zero rows).
+WITH unit AS (
+    UPDATE work_units AS u
+    -- Starting is a sign of life: the lease restarts at the length last granted.
+    SET state = 'in_progress', last_heartbeat_at = now(),
+        lease_expires_at = greatest(u.lease_expires_at,
+                                    now() + (u.lease_expires_at - u.last_heartbeat_at))
+    FROM work_unit_attempts AS a
+    WHERE u.id = $1 AND u.state = ANY ($2::work_state[])
+      AND ($3::text IS NULL OR u.claimed_by = $3)
+      AND a.unit_id = u.id AND a.attempt_no = u.attempt_count AND a.outcome IS NULL
+      AND ($4::uuid IS NULL OR a.id = $4)
+    RETURNING u AS unit, a AS attempt
+), event AS (
+    INSERT INTO work_unit_events
+        (unit_id, attempt_id, event_type, from_state, to_state, agent_id)
+    SELECT (unit).id, (attempt).id, 'transitioned', 'claimed', 'in_progress', $5 FROM unit
+)
+SELECT unit, attempt FROM unit;
+
 -- name: transition_unit
 -- Start (claimed → in_progress), verify (in_progress → verified) and release
 -- (claimed|in_progress → ready). $1 unit, $2 target state, $3 states it may leave,
