@@ -122,9 +122,12 @@ def _raw_ledger(*, finish: bool, product_sql: bool = False, proposed: bool = Fal
                 async def op() -> float | None:
                     agent = agent_name()
                     t0 = _clock()
-                    if product_sql:
-                        statement = PROPOSED_CLAIM if proposed else QUERIES["claim_unit"]
-                        row = await conn.fetchrow(statement, agent, None, LEASE_SECONDS, None)
+                    if proposed:
+                        row = await conn.fetchrow(PROPOSED_CLAIM, agent, None, LEASE_SECONDS, None)
+                    elif product_sql:
+                        # What Ledger.claim runs for a pull-next by an agent holding nothing.
+                        statement = QUERIES["claim_next_unit"]
+                        row = await conn.fetchrow(statement, agent, None, LEASE_SECONDS)
                     else:
                         row = await conn.fetchrow(RAW["ledger_claim"], agent, LEASE_SECONDS)
                     latency = _clock() - t0
@@ -219,6 +222,34 @@ async def service_life(url: str, c: int) -> AsyncIterator[list[Operation]]:
             return op
 
         yield [op_for(i) for i in range(c)]
+
+
+@contextlib.asynccontextmanager
+async def ledger_sql_life(url: str, c: int) -> AsyncIterator[list[Operation]]:
+    """The statements Ledger's life runs, with its arguments, on raw connections."""
+    async with connections(url, c) as conns:
+
+        def op_for(i: int, conn: asyncpg.Connection) -> Operation:
+            agent = f"agent-{uuid.uuid4().hex[:6]}-{i}"
+
+            async def op() -> float | None:
+                t0 = _clock()
+                row = await conn.fetchrow(QUERIES["claim_next_unit"], agent, None, LEASE_SECONDS)
+                latency = _clock() - t0
+                if row is None:
+                    return None
+                unit, attempt = row["unit"]["id"], row["attempt"]["id"]
+                await conn.fetchrow(QUERIES["start_unit"], unit, ["claimed"], agent, attempt, agent)
+                await conn.fetchrow(QUERIES["record_cost"], attempt, 125, agent, agent)
+                verify = (unit, "verified", ["in_progress"], agent, attempt, EVIDENCE, "verified")
+                await conn.fetchrow(QUERIES["transition_unit"], *verify, "transitioned", {}, agent)
+                dispose = (unit, "MIGRATED", ["verified"], agent, attempt, None, None, agent)
+                await conn.fetchrow(QUERIES["dispose_unit"], *dispose)
+                return latency
+
+            return op
+
+        yield [op_for(i, conn) for i, conn in enumerate(conns)]
 
 
 @contextlib.asynccontextmanager
@@ -352,8 +383,9 @@ CONFIGS = [
     ),
     Config(
         "ledger_sql_claim",
-        "1 statement, 1 commit: the product's claim_unit SQL (db/sql/units.sql) on a raw "
-        "connection, no service layer",
+        "1 statement, 1 commit: the product's pull-next SQL as Ledger.claim runs it for an "
+        "agent holding nothing (claim_next_unit, db/sql/units.sql) on a raw connection, no "
+        "service layer",
         "ledger",
         30_000,
         seed_ledger,
@@ -393,6 +425,16 @@ CONFIGS = [
         10_000,
         seed_ledger,
         service_life,
+    ),
+    Config(
+        "ledger_sql_life",
+        "5 commits: the statements of service_life (claim_next_unit, start_unit, record_cost, "
+        "transition_unit, dispose_unit) with its arguments on a raw connection, no service "
+        "layer; one agent name per worker",
+        "ledger",
+        10_000,
+        seed_ledger,
+        ledger_sql_life,
     ),
     Config(
         "raw_ledger_life",

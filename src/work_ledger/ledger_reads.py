@@ -72,6 +72,35 @@ class LedgerReads:
         attempt = None if row["attempt"] is None else Attempt.from_record(row["attempt"])
         return Unit.from_record(row["unit"]), attempt
 
+    async def _claim_refused(self, unit_id: uuid.UUID, agent: str) -> WorkLedgerError:
+        unit, _ = await self._look(unit_id)
+        held = await self.store.fetchrow("unit_held_by", agent)
+        other = None if held is None else Unit.from_record(held["unit"])
+        if other is not None and other.id == unit_id:
+            other = None
+        return refusals.claim_refused(unit, agent, other)
+
+    async def _attempt_refused(
+        self, attempt_id: uuid.UUID, actor: Actor, action: str
+    ) -> WorkLedgerError:
+        row = await self.store.fetchrow("attempt_and_unit", attempt_id)
+        if row is None:
+            return NotFound(
+                f"no attempt {attempt_id}; the attempt id comes from the claim response"
+            )
+        unit, attempt = Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
+        if not actor.privileged and attempt.agent_id != actor.name:
+            return refusals.attempt_not_yours(actor.name, action, unit, attempt)
+        return refusals.superseded(unit, attempt)
+
+    async def _holder_busy(
+        self, unit_id: uuid.UUID | None, question_id: uuid.UUID | None
+    ) -> WorkLedgerError:
+        if unit_id is None:
+            unit_id = (await self.get_question(question_id)).unit_id  # type: ignore[arg-type]
+        unit, _ = await self._look(unit_id)
+        return refusals.holder_busy(unit)
+
     async def resolve(self, unit_ref: str) -> uuid.UUID:
         """A unit's id from its uuid or its external_ref (a uuid-shaped path is an id)."""
         with contextlib.suppress(ValueError):

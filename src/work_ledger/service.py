@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from work_ledger import refusals
+from work_ledger import input_rules, refusals
 from work_ledger.db.store import Store
 from work_ledger.domain import (
     NEXT_ACTIONS,
@@ -33,15 +33,13 @@ from work_ledger.domain import (
 from work_ledger.errors import (
     InvalidInput,
     InvariantViolation,
-    NotFound,
     NotHolder,
-    WorkLedgerError,
 )
-from work_ledger.ledger_reads import LedgerReads
 
-MAX_BATCH = 1000
-MAX_LEASE_SECONDS = 86400
-MAX_EVIDENCE_URL = 2048
+# Imported from here by the API and the Temporal ingest.
+from work_ledger.input_rules import MAX_BATCH as MAX_BATCH
+from work_ledger.input_rules import MAX_LEASE_SECONDS as MAX_LEASE_SECONDS
+from work_ledger.ledger_reads import LedgerReads
 
 
 class Ledger(LedgerReads):
@@ -97,8 +95,22 @@ class Ledger(LedgerReads):
     async def claim(
         self, agent: str, *, domain: str | None = None, lease_seconds: int | None = None
     ) -> Claim:
-        """Claim the next unit (or get back the one `agent` holds). Nothing claimable: empty."""
-        row = await self._claim(agent, domain, self._lease(lease_seconds), None)
+        """Claim the next unit (or get back the one `agent` holds). Nothing claimable: empty.
+
+        Most calls claim a ready unit; claim_next_unit does that with half of claim_unit's
+        plan, and says when the caller holds a claim or a lease has lapsed, which only the
+        full claim_unit handles (a second round trip, for resume and reclaim only)."""
+        lease = self._lease(lease_seconds)
+        try:
+            row = await self.store.fetchrow("claim_next_unit", agent, domain, lease)
+            if row is None or not row["full"]:
+                return Claim(None, None) if row is None else self._to_claim(row)
+        except InvariantViolation as exc:
+            # The same agent claimed twice at once and the other claim won: claim_unit
+            # below finds that claim held and returns it, resumed.
+            if exc.invariant != "one_live_claim_per_agent":
+                raise
+        row = await self._claim(agent, domain, lease, None)
         return Claim(None, None) if row is None else self._to_claim(row)
 
     async def claim_named(
@@ -126,14 +138,6 @@ class Ledger(LedgerReads):
         return Claim(
             Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"]), row["resumed"]
         )
-
-    async def _claim_refused(self, unit_id: uuid.UUID, agent: str) -> WorkLedgerError:
-        unit, _ = await self._look(unit_id)
-        held = await self.store.fetchrow("unit_held_by", agent)
-        other = None if held is None else Unit.from_record(held["unit"])
-        if other is not None and other.id == unit_id:
-            other = None
-        return refusals.claim_refused(unit, agent, other)
 
     # -- attempt writes ------------------------------------------------------------------
 
@@ -170,28 +174,19 @@ class Ledger(LedgerReads):
             raise await self._attempt_refused(attempt_id, actor, "record cost for")
         return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
 
-    async def _attempt_refused(
-        self, attempt_id: uuid.UUID, actor: Actor, action: str
-    ) -> WorkLedgerError:
-        row = await self.store.fetchrow("attempt_and_unit", attempt_id)
-        if row is None:
-            return NotFound(
-                f"no attempt {attempt_id}; the attempt id comes from the claim response"
-            )
-        unit, attempt = Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
-        if not actor.privileged and attempt.agent_id != actor.name:
-            return refusals.attempt_not_yours(actor.name, action, unit, attempt)
-        return refusals.superseded(unit, attempt)
-
     # -- unit writes ---------------------------------------------------------------------
 
     async def start(
         self, unit_ref: str, actor: Actor, *, attempt_id: uuid.UUID | None = None
     ) -> tuple[Unit, Attempt]:
         """claimed → in_progress."""
-        return await self._transition(
-            unit_ref, actor, to=State.IN_PROGRESS, leaving=[State.CLAIMED], attempt_id=attempt_id
-        )
+        unit_id = await self.resolve(unit_ref)
+        leaving = [State.CLAIMED]
+        args = (unit_id, leaving, actor.holder, attempt_id, actor.name)
+        row = await self.store.fetchrow("start_unit", *args)
+        if row is None:
+            raise await self._refused(unit_id, actor, "start", leaving, attempt_id)
+        return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
 
     async def verify(
         self,
@@ -268,7 +263,7 @@ class Ledger(LedgerReads):
             actor.name,
         )
         if row is None:
-            action = {State.IN_PROGRESS: "start", State.VERIFIED: "verify", State.READY: "release"}
+            action = {State.VERIFIED: "verify", State.READY: "release"}
             raise await self._refused(unit_id, actor, action[to], leaving, attempt_id)
         return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
 
@@ -361,14 +356,6 @@ class Ledger(LedgerReads):
             raise refusals.not_the_open_question(unit, question_id)
         raise refusals.wrong_state(unit, "unblock", [State.BLOCKED])
 
-    async def _holder_busy(
-        self, unit_id: uuid.UUID | None, question_id: uuid.UUID | None
-    ) -> WorkLedgerError:
-        if unit_id is None:
-            unit_id = (await self.get_question(question_id)).unit_id  # type: ignore[arg-type]
-        unit, _ = await self._look(unit_id)
-        return refusals.holder_busy(unit)
-
     async def dispose(
         self,
         unit_ref: str,
@@ -404,27 +391,8 @@ class Ledger(LedgerReads):
     # -- input rules shared by every caller -----------------------------------------------
 
     def _lease(self, lease_seconds: int | None) -> int:
-        lease = self.lease_seconds if lease_seconds is None else lease_seconds
-        if not 1 <= lease <= MAX_LEASE_SECONDS:
-            raise InvalidInput(f"lease_seconds must be 1..{MAX_LEASE_SECONDS}, not {lease}")
-        return lease
+        return input_rules.lease(lease_seconds, self.lease_seconds)
 
     def check_evidence(self, url: str) -> None:
         """Evidence is a bounded http(s) link, inside WL_EVIDENCE_ALLOWED_PREFIXES if set."""
-        if (
-            not url.startswith(("http://", "https://"))
-            or len(url) > MAX_EVIDENCE_URL
-            or any(c.isspace() for c in url)
-            or len(url.split("/")[2]) == 0
-        ):
-            raise InvalidInput(
-                f"evidence_url must be an http(s) link of at most {MAX_EVIDENCE_URL} characters "
-                "to where the evidence lives, never the evidence itself",
-                invariant="unit_evidence_is_link",
-            )
-        if self.evidence_prefixes and not url.startswith(self.evidence_prefixes):
-            raise InvalidInput(
-                f"evidence_url {url[:200]!r} is outside the allowed evidence locations "
-                f"({', '.join(self.evidence_prefixes)}); upload the evidence there and link to it",
-                invariant="evidence_prefix_allowed",
-            )
+        input_rules.check_evidence(url, self.evidence_prefixes)

@@ -209,3 +209,47 @@ async def test_claim_same_agent_four_times_at_once_gets_one_unit(ledgers: list[L
         assert len({c.attempt.id for c in claims if c.attempt is not None}) == 1
         assert sorted(c.resumed for c in claims) == [False, True, True, True]
     assert await ledgers[0].audit() == []
+
+
+async def _until_a_statement_waits_for_a_lock(pool: asyncpg.Pool) -> None:
+    for _ in range(400):
+        waiting = await pool.fetchval(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        if waiting:
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError("the start never waited for the reclaim's row lock")
+
+
+@pytest.mark.parametrize("round_no", range(3))
+async def test_fenced_start_waiting_on_a_stale_reclaim_is_refused_when_it_commits(
+    ledger: Ledger, raw: asyncpg.Connection, pool: asyncpg.Pool, round_no: int
+) -> None:
+    """A privileged start fenced by the old attempt, queued behind the reclaim that supersedes
+    it, re-checks the unit's new row and refuses; the new holder keeps its claim."""
+    ref = f"fence-{round_no}"
+    await _register(ledger, ref, 1)
+    old = await ledger.claim(f"dead-{round_no}")
+    assert old.attempt is not None
+    await raw.execute(
+        "UPDATE work_units SET lease_expires_at = now() - interval '1 second'"
+        " WHERE external_ref = $1",
+        f"{ref}-000",
+    )
+    async with raw.transaction():
+        row = await raw.fetchrow(QUERIES["claim_unit"], f"next-{round_no}", None, 60, None)
+        assert row is not None
+        assert row["attempt"]["attempt_no"] == 2
+        start = asyncio.create_task(ledger.start(f"{ref}-000", OPERATOR, attempt_id=old.attempt.id))
+        await _until_a_statement_waits_for_a_lock(pool)
+    with pytest.raises(AttemptSuperseded):
+        await asyncio.wait_for(start, timeout=10)
+    unit = (await ledger.get_unit(f"{ref}-000")).unit
+    assert (unit.state, unit.claimed_by, unit.attempt_count) == (
+        State.CLAIMED,
+        f"next-{round_no}",
+        2,
+    )
+    assert await ledger.audit() == []

@@ -69,9 +69,26 @@ def _index_names(plan: Any) -> Iterator[str]:
             yield from _index_names(value)
 
 
+# The pull-next statements the service runs (claim_next_unit first, claim_unit when the
+# agent holds a claim or a lease lapsed), as a connection prepares and caches them.
+PULL_NEXT = ["claim_next_unit", "claim_unit"]
+
+
+async def _prepare_claim(raw: asyncpg.Connection, statement: str) -> None:
+    types = "text, text, int" + (", uuid" if statement == "claim_unit" else "")
+    await raw.execute(f"PREPARE claim({types}) AS " + QUERIES[statement])
+
+
+def _execute_claim(statement: str, agent: str, domain: str | None) -> str:
+    target = "NULL" if domain is None else f"'{domain}'"
+    named = ", NULL" if statement == "claim_unit" else ""
+    return f"EXECUTE claim('{agent}', {target}, 60{named})"
+
+
+@pytest.mark.parametrize("statement", PULL_NEXT)
 @pytest.mark.parametrize("plan_mode", ["force_custom_plan", "force_generic_plan"])
 async def test_claim_plan_uses_the_partial_ready_index(
-    ledger: Ledger, raw: asyncpg.Connection, plan_mode: str
+    ledger: Ledger, raw: asyncpg.Connection, plan_mode: str, statement: str
 ) -> None:
     """With thousands of ready units, pull-next walks work_units_ready_idx, even when cached."""
     for batch in range(3):
@@ -83,8 +100,8 @@ async def test_claim_plan_uses_the_partial_ready_index(
     await raw.execute("ANALYZE")
     await raw.execute(f"SET plan_cache_mode = {plan_mode}")
     # Bound parameters always get a custom plan; a PREPAREd statement shows the cached one.
-    await raw.execute("PREPARE claim(text, text, int, uuid) AS " + QUERIES["claim_unit"])
-    plan = await raw.fetchval("EXPLAIN (FORMAT JSON) EXECUTE claim('agent-x', NULL, 60, NULL)")
+    await _prepare_claim(raw, statement)
+    plan = await raw.fetchval("EXPLAIN (FORMAT JSON) " + _execute_claim(statement, "x", None))
     indexes = set(_index_names(plan))
     assert "work_units_ready_idx" in indexes, indexes
     assert "work_units_leased_idx" in indexes, indexes
@@ -100,9 +117,10 @@ def _rows_touched(plan: Any) -> int:
     return own + sum(_rows_touched(v) for v in plan.values() if isinstance(v, list | dict))
 
 
+@pytest.mark.parametrize("statement", PULL_NEXT)
 @pytest.mark.parametrize("domain", [None, "orders"])
 async def test_cached_claim_plan_reads_a_handful_of_rows(
-    ledger: Ledger, raw: asyncpg.Connection, domain: str | None
+    ledger: Ledger, raw: asyncpg.Connection, domain: str | None, statement: str
 ) -> None:
     """A generic (cached) claim plan touches a few rows, not the whole ready queue nor
     every running attempt."""
@@ -114,19 +132,22 @@ async def test_cached_claim_plan_reads_a_handful_of_rows(
     await raw.execute("ANALYZE")
     # Bound parameters always get a custom plan; a PREPAREd statement shows the cached one.
     await raw.execute("SET plan_cache_mode = force_generic_plan")
-    await raw.execute("PREPARE claim(text, text, int, uuid) AS " + QUERIES["claim_unit"])
+    await _prepare_claim(raw, statement)
     plan = await raw.fetchval(
-        "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim('agent-x', "
-        + ("NULL" if domain is None else f"'{domain}'")
-        + ", 60, NULL)"
+        "EXPLAIN (ANALYZE, FORMAT JSON) " + _execute_claim(statement, "agent-x", domain)
     )
     assert _rows_touched(plan) < 50, _rows_touched(plan)
 
 
+@pytest.mark.parametrize("statement", PULL_NEXT)
 @pytest.mark.parametrize("held_at_plan_time", [0, 16])
 @pytest.mark.parametrize("domain", [None, "orders"])
 async def test_claim_plan_cached_on_a_fresh_backlog_stays_cheap_as_it_fills(
-    ledger: Ledger, raw: asyncpg.Connection, domain: str | None, held_at_plan_time: int
+    ledger: Ledger,
+    raw: asyncpg.Connection,
+    domain: str | None,
+    held_at_plan_time: int,
+    statement: str,
 ) -> None:
     """A serving connection caches its claim plan while (nearly) every unit is ready, then
     keeps it while thousands are claimed: that plan must still touch a few rows, not walk
@@ -147,16 +168,41 @@ async def test_claim_plan_cached_on_a_fresh_backlog_stays_cheap_as_it_fills(
     # table has grown by a tenth.)
     await raw.execute("ANALYZE work_units")
     await raw.execute("SET plan_cache_mode = force_generic_plan")
-    await raw.execute("PREPARE claim(text, text, int, uuid) AS " + QUERIES["claim_unit"])
-    target = "NULL" if domain is None else f"'{domain}'"
-    await raw.execute(f"EXECUTE claim('cache-the-plan', {target}, 60, NULL)")
+    await _prepare_claim(raw, statement)
+    await raw.execute(_execute_claim(statement, "cache-the-plan", domain))
     await asyncio.gather(*(ledger.claim(f"agent-{i}") for i in range(2000)))
     plan = await raw.fetchval(
-        f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim('late', {target}, 60, NULL)"
+        "EXPLAIN (ANALYZE, FORMAT JSON) " + _execute_claim(statement, "late", domain)
     )
     assert (
         await raw.fetchval("SELECT generic_plans FROM pg_prepared_statements WHERE name = 'claim'")
         == 2
+    )
+    assert _rows_touched(plan) < 50, _rows_touched(plan)
+
+
+async def test_cached_start_plan_finds_its_unit_by_id_as_claims_pile_up(
+    ledger: Ledger, raw: asyncpg.Connection
+) -> None:
+    """A start planned while nearly every unit was ready and cached while thousands are
+    claimed looks its unit up by id, not through every live claim."""
+    await raw.execute(
+        "INSERT INTO work_units (external_ref, fleet) "
+        "SELECT 'b-' || g, 'fleet-a' FROM generate_series(1, 3000) AS g"
+    )
+    await raw.execute("ALTER TABLE work_units SET (autovacuum_enabled = off)")
+    await raw.execute("ANALYZE work_units")
+    claims = await asyncio.gather(*(ledger.claim(f"agent-{i}") for i in range(2000)))
+    unit, attempt = claims[-1].unit, claims[-1].attempt
+    assert unit is not None
+    assert attempt is not None
+    await raw.execute("SET plan_cache_mode = force_generic_plan")
+    await raw.execute(
+        "PREPARE start(uuid, work_state[], text, uuid, text) AS " + QUERIES["start_unit"]
+    )
+    plan = await raw.fetchval(
+        f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE start('{unit.id}', '{{claimed}}',"
+        f" '{unit.claimed_by}', '{attempt.id}', '{unit.claimed_by}')"
     )
     assert _rows_touched(plan) < 50, _rows_touched(plan)
 

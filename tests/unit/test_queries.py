@@ -17,8 +17,9 @@ def test_parse_named_sql_refuses_a_name_twice() -> None:
         parse_named_sql("-- name: one\nSELECT 1;\n-- name: one\nSELECT 2;\n")
 
 
-def test_claim_is_one_statement() -> None:
-    """The pull-next claim is a single statement: one round trip."""
-    claim = QUERIES["claim_unit"]
+@pytest.mark.parametrize("name", ["claim_next_unit", "claim_unit"])
+def test_claim_is_one_statement(name: str) -> None:
+    """Each claim statement is a single statement: one round trip."""
+    claim = QUERIES[name]
     assert claim.count(";") == 0
     assert "FOR NO KEY UPDATE SKIP LOCKED" in claim

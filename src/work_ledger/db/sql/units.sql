@@ -28,6 +28,50 @@ LEFT JOIN inserted AS n ON n.external_ref = i.external_ref
 LEFT JOIN work_units AS u ON u.external_ref = i.external_ref
 ORDER BY i.ord;
 
+-- name: claim_next_unit
+-- Pull-next as most calls need it: $1 agent, $2 domain or null, $3 lease seconds. When the
+-- agent holds no live claim and no lease has lapsed (in the domain asked), the oldest ready
+-- unit is claimed, as claim_unit would claim it, with half its plan. Otherwise nothing is
+-- claimed and one row says `full`: resume and reclaim come first, so claim_unit must run.
+WITH full_claim AS (
+    SELECT EXISTS (SELECT 1 FROM work_units
+                   WHERE claimed_by = $1 AND state IN ('claimed', 'in_progress'))
+        OR EXISTS (SELECT 1 FROM work_units
+                   WHERE lease_expires_at < now() AND ($2::text IS NULL OR domain = $2)) AS needed
+), fresh AS (
+    SELECT id FROM work_units
+    WHERE $2::text IS NULL AND state = 'ready' AND NOT (SELECT needed FROM full_claim)
+    ORDER BY created_at, id
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
+), fresh_in_domain AS (
+    SELECT id FROM work_units
+    WHERE $2::text IS NOT NULL AND domain = $2 AND state = 'ready'
+      AND NOT (SELECT needed FROM full_claim)
+    ORDER BY domain, created_at, id
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE work_units AS u
+    SET state = 'claimed', claimed_by = $1, attempt_count = u.attempt_count + 1,
+        lease_expires_at = now() + make_interval(secs => $3), last_heartbeat_at = now()
+    -- The scalar lookup keeps even a cached generic plan on the primary key.
+    WHERE u.id = (SELECT id FROM fresh UNION ALL SELECT id FROM fresh_in_domain)
+    RETURNING u AS unit
+), attempt AS (
+    INSERT INTO work_unit_attempts (unit_id, attempt_no, agent_id)
+    SELECT (c.unit).id, (c.unit).attempt_count, $1 FROM claimed AS c
+    RETURNING work_unit_attempts AS attempt
+), event AS (
+    INSERT INTO work_unit_events (unit_id, attempt_id, event_type, from_state, to_state, agent_id)
+    SELECT (a.attempt).unit_id, (a.attempt).id, 'claimed', 'ready', 'claimed', $1
+    FROM attempt AS a
+)
+SELECT c.unit, a.attempt, false AS resumed, false AS full
+FROM claimed AS c, attempt AS a
+UNION ALL
+SELECT NULL, NULL, false, true FROM full_claim WHERE needed;
+
 -- name: claim_unit
 -- $1 agent, $2 domain or null, $3 lease seconds, $4 unit id for a named claim or null.
 -- An agent already holding a live claim gets it back (resumed). Otherwise the oldest
@@ -153,6 +197,32 @@ WITH live AS (
 )
 SELECT unit.unit, a AS attempt
 FROM unit JOIN work_unit_attempts AS a ON a.id = $1;
+
+-- name: start_unit
+-- claimed → in_progress, the step every claim is followed by. $1 unit, $2 the states it
+-- may leave (claimed: a parameter, so that no cached plan can take the partial index of
+-- live claims for a lookup by id), $3 holder or null (privileged), $4 fenced attempt or
+-- null, $5 acting principal. One UPDATE and no lock taken before it: the live attempt is
+-- the one numbered as the unit's attempt count, so if a reclaim, a release or another
+-- start changes the unit first, the join re-checked on its new row refuses (zero rows).
+WITH unit AS (
+    UPDATE work_units AS u
+    -- Starting is a sign of life: the lease restarts at the length last granted.
+    SET state = 'in_progress', last_heartbeat_at = now(),
+        lease_expires_at = greatest(u.lease_expires_at,
+                                    now() + (u.lease_expires_at - u.last_heartbeat_at))
+    FROM work_unit_attempts AS a
+    WHERE u.id = $1 AND u.state = ANY ($2::work_state[])
+      AND ($3::text IS NULL OR u.claimed_by = $3)
+      AND a.unit_id = u.id AND a.attempt_no = u.attempt_count AND a.outcome IS NULL
+      AND ($4::uuid IS NULL OR a.id = $4)
+    RETURNING u AS unit, a AS attempt
+), event AS (
+    INSERT INTO work_unit_events
+        (unit_id, attempt_id, event_type, from_state, to_state, agent_id)
+    SELECT (unit).id, (attempt).id, 'transitioned', 'claimed', 'in_progress', $5 FROM unit
+)
+SELECT unit, attempt FROM unit;
 
 -- name: transition_unit
 -- Start (claimed → in_progress), verify (in_progress → verified) and release
