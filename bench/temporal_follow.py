@@ -2,21 +2,23 @@
 
     uv run python bench/temporal_follow.py                      # burst 1000; closed 1000, 100000
     uv run python bench/temporal_follow.py --burst 200 --closed 1000,10000   # smaller
+    uv run python bench/temporal_follow.py --closed 1000,100000 --temporal-db /tmp/t.db
 
 Starts its own Temporal dev server (the `temporal` CLI of the dev dependencies, in
-memory, free ports), its own embedded PostgreSQL and `work-ledger serve`, all stopped at
-exit. Two measurements:
+memory unless `--temporal-db`, free ports), its own embedded PostgreSQL and
+`work-ledger serve`, all stopped at exit. Two measurements:
 
 - **burst**: N units, N workflows started and waiting on a signal, the follower (default
   settings, no worker plugin) running; once every unit is in_progress, all N are signalled
   at once and complete. Lag per unit = the ledger's `verified` event time minus Temporal's
   close time (one machine, one clock). Every pass's Temporal RPCs and ledger requests are
   recorded.
-- **closed**: one namespace filled with N closed executions (workflows started with a 1 s
-  execution timeout and no worker: each times out by itself, one start RPC each), older
-  than the follower's overlap; then 20 fresh runs close and a new follower (checkpoint just
-  before them) makes one pass. Its wall time and RPCs, median of 5 such passes; then the
-  namespace is filled up to the next N and the same is measured again.
+- **closed**: per N, a namespace `bench-closed-N` holding N closed executions (each start
+  terminates the previous run of its workflow id: one RPC per close), older than the
+  follower's overlap; then 20 fresh runs close and a new follower (checkpoint just before
+  them) makes one pass. Its wall time and RPCs, median of `--rounds` (9) such passes,
+  the namespaces taking turns. With `--temporal-db` the dev server keeps its SQLite file:
+  namespaces filled once are re-used.
 """
 
 from __future__ import annotations
@@ -312,38 +314,57 @@ async def fill(client: Client, total: int, chains: int = 128) -> float:
             await asyncio.sleep(1)
 
 
-async def closed_pass(
-    client: Client, admin: str, n: int, home: Path, overlap: float
-) -> dict[str, Any]:
-    """One pass's cost over 20 fresh closes, the namespace holding `n` older ones."""
-    namespace = client.namespace
+async def _fresh_closes(client: Client, ledger: Ledger, database_url: str) -> None:
+    """20 units and their runs, completed just after the follower's checkpoint."""
     tag = uuid.uuid4().hex[:6]
-    async with ledger_served(admin, home / f"closed-{n}") as (ledger, url, token, database_url):
-        fresh = [f"fresh-{tag}-{i}" for i in range(20)]
-        units = [NewUnit(f"unit-{w}", "bench", "orders", workflow_id=w) for w in fresh]
-        await ledger.register(units, Actor("operator", privileged=True))
-        mark = dt.datetime.now(dt.UTC)
-        await FollowState(database_url).advance(namespace, mark)
-        queue = f"bench-{tag}"
-        async with worker(client, queue):
-            for w in fresh:
-                await client.execute_workflow("BenchMigrate", False, id=w, task_queue=queue)
-        await asyncio.sleep(1)
-        samples = []
-        for _ in range(5):
-            f = follower(client, database_url, url, token, overlap=overlap, lag=0.0)
-            started = time.perf_counter()
-            report = await f.run_pass(describe=False)
-            samples.append((time.perf_counter() - started, report))
-        return {
-            "closed_in_namespace": (await client.count_workflows(CLOSED)).count,
-            "pass_ms_median": round(statistics.median(s for s, _ in samples) * 1000, 1),
-            "pass_ms_all": [round(s * 1000, 1) for s, _ in samples],
-            "runs_in_window": samples[0][1].runs,
-            "temporal_rpcs": samples[0][1].temporal_rpcs,
-            "ledger_requests": samples[0][1].ledger_requests,
-            "read_ms_median": round(statistics.median(r.read_seconds for _, r in samples) * 1e3, 1),
-        }
+    fresh = [f"fresh-{tag}-{i}" for i in range(20)]
+    units = [NewUnit(f"unit-{w}", "bench", "orders", workflow_id=w) for w in fresh]
+    await ledger.register(units, Actor("operator", privileged=True))
+    await FollowState(database_url).advance(client.namespace, dt.datetime.now(dt.UTC))
+    queue = f"bench-{tag}"
+    async with worker(client, queue):
+        for w in fresh:
+            await client.execute_workflow("BenchMigrate", False, id=w, task_queue=queue)
+
+
+async def closed_passes(
+    clients: dict[int, Client], admin: str, home: Path, overlap: float, rounds: int
+) -> list[dict[str, Any]]:
+    """A pass's cost over 20 fresh closes in each namespace (`n` older closes in it). The
+    namespaces take turns, one pass each per round, so a change of the machine's load
+    falls on every N alike; the first round (connections warming up) is left out."""
+    async with contextlib.AsyncExitStack() as stack:
+        served = {}
+        for n, client in clients.items():
+            served[n] = await stack.enter_async_context(ledger_served(admin, home / f"c-{n}"))
+            await _fresh_closes(client, served[n][0], served[n][3])
+        await asyncio.sleep(1)  # visibility indexes the fresh closes
+        samples: dict[int, list[tuple[float, PassReport]]] = {n: [] for n in clients}
+        for _ in range(rounds + 1):
+            for n, client in clients.items():
+                _, url, token, database_url = served[n]
+                f = follower(client, database_url, url, token, overlap=overlap, lag=0.0)
+                started = time.perf_counter()
+                report = await f.run_pass(describe=False)
+                samples[n].append((time.perf_counter() - started, report))
+        rows = []
+        for n, client in clients.items():
+            kept = samples[n][1:]
+            rows.append(
+                {
+                    "namespace": client.namespace,
+                    "closed_in_namespace": (await client.count_workflows(CLOSED)).count,
+                    "pass_ms_median": round(statistics.median(s for s, _ in kept) * 1e3, 1),
+                    "pass_ms_all": [round(s * 1e3, 1) for s, _ in kept],
+                    "read_ms_median": round(
+                        statistics.median(r.read_seconds for _, r in kept) * 1e3, 1
+                    ),
+                    "runs_in_window": kept[0][1].runs,
+                    "temporal_rpcs": kept[0][1].temporal_rpcs,
+                    "ledger_requests": kept[0][1].ledger_requests,
+                }
+            )
+        return rows
 
 
 async def main() -> None:
@@ -357,6 +378,7 @@ async def main() -> None:
         help="the dev server's SQLite file, kept: its bench-closed-N namespaces are filled "
         "once and re-used by later runs (default: in memory, filled every run)",
     )
+    parser.add_argument("--rounds", type=int, default=9, help="passes per namespace")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     sizes = [int(s) for s in args.closed.split(",") if s]
@@ -368,7 +390,8 @@ async def main() -> None:
         if args.burst:
             result["burst"] = await burst(address, admin, args.burst, home)
             print(json.dumps(result["burst"]), flush=True)
-        clients, filled = {}, {}
+        clients: dict[int, Client] = {}
+        filled: dict[int, float] = {}
         for n in sizes:  # each N its own namespace: N closed executions in the namespace
             clients[n] = await Client.connect(address, namespace=f"bench-closed-{n}")
             await _namespace_ready(clients[n])
@@ -376,12 +399,19 @@ async def main() -> None:
             print(json.dumps({"namespace": f"bench-closed-{n}", "fill_seconds": filled[n]}))
         if any(filled.values()):
             await asyncio.sleep(args.overlap + 2)  # the old closes now lie before every window
-        result["closed"] = []
-        for n in sizes:
-            row = await closed_pass(clients[n], admin, n, home, args.overlap)
-            row["fill_seconds"] = filled[n]
-            result["closed"].append(row)
-            print(json.dumps(row), flush=True)
+        if clients:
+            result["closed"] = await closed_passes(clients, admin, home, args.overlap, args.rounds)
+            for row in result["closed"]:
+                row["fill_seconds"] = filled[int(row["namespace"].rsplit("-", 1)[1])]
+                print(json.dumps(row), flush=True)
+            first, last = result["closed"][0], result["closed"][-1]
+            result["pass_ratio_last_to_first"] = round(
+                last["pass_ms_median"] / first["pass_ms_median"], 2
+            )
+            result["read_ratio_last_to_first"] = round(
+                last["read_ms_median"] / first["read_ms_median"], 2
+            )
+            print(json.dumps({k: v for k, v in result.items() if k.endswith("first")}))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"temporal-follow-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2))

@@ -1,9 +1,11 @@
-"""A pass delivers while it reads: a batch leaves once its workflows are read, before the
-pass has read everything, and the checkpoint moves only after the last batch."""
+"""The shape of a pass: a batch is delivered once its workflows are read, before the pass
+has read everything; the checkpoint moves only after the last batch; the whole overlap is
+swept again only every half overlap."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 
 import pytest
 from temporal_support import ids, register, settle, start, worker
@@ -84,3 +86,28 @@ async def test_a_batch_is_delivered_while_the_pass_still_reads(
     assert report.counts["applied"] == 6  # the namespace may hold other tests' runs too
     assert await state.checkpoint(namespace) == report.hi
     assert await ledger.audit() == []
+
+
+async def test_only_every_half_overlap_a_pass_sweeps_the_whole_overlap_again(
+    served, temporal_address: str, namespace: str, database_url: str
+) -> None:
+    """Between two full sweeps a pass sweeps again only the last RECENT seconds before the
+    checkpoint, so a burst's passes do not read the last minute's closes over and over;
+    half an overlap after the last full sweep, a pass sweeps the whole overlap again."""
+    client = await Client.connect(temporal_address, namespace=namespace)
+    now = [dt.datetime.now(dt.UTC)]
+    follow = Follower(
+        TemporalReader(client),
+        FollowState(database_url),
+        LedgerForwarder(served.url, served.projector_token),
+        namespace=namespace,
+        settings=FollowSettings(lag=0.0, overlap=60.0),
+        clock=lambda: now[0],
+    )
+    passes = []
+    for step in (0, 10, 10, 15):  # seconds since the pass before
+        now[0] += dt.timedelta(seconds=step)
+        passes.append(await follow.run_pass(describe=False))
+    swept = [(p.full_sweep, (p.hi - p.lo).total_seconds()) for p in passes[1:]]
+    recent = follower_module.RECENT
+    assert swept == [(False, 10 + recent), (False, 10 + recent), (True, 15 + 60.0)]

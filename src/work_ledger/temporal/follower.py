@@ -5,8 +5,12 @@ then); the follower reads the server. One *pass*:
 
 1. `hi = now - lag`, `lo = checkpoint - overlap` (no checkpoint yet: `now - lookback`).
    Visibility is eventually consistent: a close may be indexed seconds late with a
-   CloseTime before our last look, so each pass sweeps again the `overlap` before the
-   checkpoint, and never looks at the last `lag` seconds, still settling;
+   CloseTime before our last look, so a pass sweeps again the `overlap` before the
+   checkpoint, and never looks at the last `lag` seconds, still settling. Only every
+   `overlap / 2` seconds (and on the first pass) is that the whole overlap; the passes
+   between sweep again the last `RECENT` seconds before the checkpoint, where nearly every
+   late close lies: under a burst a pass then reads the closes since the last pass, not
+   the last minute's again, and any later close is still swept within `overlap / 2`;
 2. sweep `ExecutionStatus != 'Running' AND CloseTime in [lo, hi)` (every closed run: its
    start, and its close unless it continued as new) and `ExecutionStatus = 'Running' AND
    StartTime in [lo, hi)` (runs that started). A pass reads a window, so its cost follows
@@ -53,6 +57,7 @@ log = logging.getLogger("work_ledger.temporal.follow")
 BATCH = 100  # events per ledger request; a workflow's events always share one
 SENDS = 4  # ledger requests in flight (serve's default database pool is 4)
 READS = 32  # Temporal reads (describe, result) in flight
+RECENT = 5.0  # seconds before the checkpoint a pass between two full sweeps sweeps again
 RUNNING = "ExecutionStatus = 'Running'"
 COUNTS = ("applied", "duplicates", "refused", "stale", "unmatched")
 
@@ -73,6 +78,7 @@ class PassReport:
 
     lo: dt.datetime
     hi: dt.datetime
+    full_sweep: bool = True  # the whole overlap swept again (else the last RECENT seconds)
     runs: int = 0
     described: int = 0
     sent: int = 0
@@ -89,6 +95,7 @@ class PassReport:
         return {
             "swept_from": self.lo.isoformat(),
             "swept_until": self.hi.isoformat(),
+            "full_sweep": self.full_sweep,
             "runs": self.runs,
             "described": self.described,
             "sent": self.sent,
@@ -125,6 +132,7 @@ class Follower:
         # overlap re-reads them, and they need not be posted again (pruned past the window).
         self.delivered: dict[str, dt.datetime] = {}
         self.described_at: dt.datetime | None = None
+        self.swept_all_at: dt.datetime | None = None  # the last pass that swept all overlap
 
     async def run_pass(self, *, describe: bool | None = None) -> PassReport:
         """One pass (see the module docstring); raises if Temporal or the ledger fails."""
@@ -137,7 +145,11 @@ class Follower:
         hi = now - dt.timedelta(seconds=s.lag)
         checkpoint = await self.state.checkpoint(self.namespace)
         start = checkpoint or now - dt.timedelta(seconds=s.lookback)
-        report = PassReport(min(start - dt.timedelta(seconds=s.overlap), hi), hi)
+        full = self.swept_all_at is None or (
+            (now - self.swept_all_at).total_seconds() >= s.overlap / 2
+        )
+        overlap = s.overlap if full else min(s.overlap, RECENT)
+        report = PassReport(min(start - dt.timedelta(seconds=overlap), hi), hi, full)
         rpcs_before = self.reader.rpcs
         began = time.perf_counter()
         delivery = _Delivery(self._send_batch, self.delivered, report)
@@ -155,21 +167,29 @@ class Follower:
         await self.state.advance(self.namespace, hi)
         if describe:
             self.described_at = now
-        self.delivered = {k: t for k, t in self.delivered.items() if t >= report.lo}
+        if full:
+            self.swept_all_at = now
+        oldest = min(start - dt.timedelta(seconds=s.overlap), hi)  # the next full sweep's
+        self.delivered = {k: t for k, t in self.delivered.items() if t >= oldest}
         report.temporal_rpcs = self.reader.rpcs - rpcs_before
         return report
 
     async def follow(self, stop: asyncio.Event, on_pass: Callable[[PassReport], None]) -> None:
-        """Pass after pass until `stop` is set; a failed pass is logged and tried again."""
+        """Pass after pass until `stop` is set, one every `interval` seconds from the start
+        of the last (at once after a pass that took longer: a burst of closes is not left
+        waiting); a failed pass is logged and tried again after `interval`."""
         while not stop.is_set():
+            began = time.monotonic()
+            pause = self.settings.interval
             try:
                 on_pass(await self.run_pass())
+                pause -= time.monotonic() - began
             except ForwardRefused:
                 raise  # a wrong token or URL: passing again cannot help
             except Exception as exc:  # Temporal, the ledger or its database unreachable
                 log.warning("pass failed; will sweep again: %s: %s", type(exc).__name__, exc)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.settings.interval)
+                await asyncio.wait_for(stop.wait(), max(pause, 0.0))
 
     # -- reading --------------------------------------------------------------------------
 
