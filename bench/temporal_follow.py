@@ -314,17 +314,19 @@ async def fill(client: Client, total: int, chains: int = 128) -> float:
             await asyncio.sleep(1)
 
 
-async def _fresh_closes(client: Client, ledger: Ledger, database_url: str) -> None:
-    """20 units and their runs, completed just after the follower's checkpoint."""
+async def _fresh_closes(client: Client, ledger: Ledger, database_url: str) -> dt.datetime:
+    """20 units and their runs, completed just after the follower's checkpoint (returned)."""
     tag = uuid.uuid4().hex[:6]
     fresh = [f"fresh-{tag}-{i}" for i in range(20)]
     units = [NewUnit(f"unit-{w}", "bench", "orders", workflow_id=w) for w in fresh]
     await ledger.register(units, Actor("operator", privileged=True))
-    await FollowState(database_url).advance(client.namespace, dt.datetime.now(dt.UTC))
+    mark = dt.datetime.now(dt.UTC)
+    await FollowState(database_url).advance(client.namespace, mark)
     queue = f"bench-{tag}"
     async with worker(client, queue):
         for w in fresh:
             await client.execute_workflow("BenchMigrate", False, id=w, task_queue=queue)
+    return mark
 
 
 async def closed_passes(
@@ -334,16 +336,19 @@ async def closed_passes(
     namespaces take turns, one pass each per round, so a change of the machine's load
     falls on every N alike; the first round (connections warming up) is left out."""
     async with contextlib.AsyncExitStack() as stack:
-        served = {}
+        served, marks = {}, {}
         for n, client in clients.items():
             served[n] = await stack.enter_async_context(ledger_served(admin, home / f"c-{n}"))
-            await _fresh_closes(client, served[n][0], served[n][3])
+            marks[n] = await _fresh_closes(client, served[n][0], served[n][3])
         await asyncio.sleep(1)  # visibility indexes the fresh closes
         samples: dict[int, list[tuple[float, PassReport]]] = {n: [] for n in clients}
         for _ in range(rounds + 1):
             for n, client in clients.items():
                 _, url, token, database_url = served[n]
-                f = follower(client, database_url, url, token, overlap=overlap, lag=0.0)
+                # each pass moves the checkpoint; the window still starts `overlap` before
+                # the first checkpoint, so every pass sweeps the same 20 closes
+                since = (dt.datetime.now(dt.UTC) - marks[n]).total_seconds()
+                f = follower(client, database_url, url, token, overlap=overlap + since, lag=0.0)
                 started = time.perf_counter()
                 report = await f.run_pass(describe=False)
                 samples[n].append((time.perf_counter() - started, report))
