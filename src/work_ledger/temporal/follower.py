@@ -10,7 +10,9 @@ then); the follower reads the server. One *pass*:
    `overlap / 2` seconds (and on the first pass) is that the whole overlap; the passes
    between sweep again the last `RECENT` seconds before the checkpoint, where nearly every
    late close lies: under a burst a pass then reads the closes since the last pass, not
-   the last minute's again, and any later close is still swept within `overlap / 2`;
+   the last minute's again. A close visibility indexes up to `overlap / 2` seconds late is
+   still swept (the next full sweep's window reaches back to it); a later one is found by
+   the describe of the held units;
 2. sweep `ExecutionStatus != 'Running' AND CloseTime in [lo, hi)` (every closed run: its
    start, and its close unless it continued as new) and `ExecutionStatus = 'Running' AND
    StartTime in [lo, hi)` (runs that started). A pass reads a window, so its cost follows
