@@ -384,6 +384,12 @@ async def main() -> None:
         "once and re-used by later runs (default: in memory, filled every run)",
     )
     parser.add_argument("--rounds", type=int, default=9, help="passes per namespace")
+    parser.add_argument(
+        "--no-fill",
+        action="store_true",
+        help="measure the bench-closed-N namespaces of --temporal-db as they stand (a fill "
+        "stopped half way): closed_in_namespace says how many they hold",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     sizes = [int(s) for s in args.closed.split(",") if s]
@@ -400,7 +406,7 @@ async def main() -> None:
         for n in sizes:  # each N its own namespace: N closed executions in the namespace
             clients[n] = await Client.connect(address, namespace=f"bench-closed-{n}")
             await _namespace_ready(clients[n])
-            filled[n] = round(await fill(clients[n], n), 1)
+            filled[n] = 0.0 if args.no_fill else round(await fill(clients[n], n), 1)
             print(json.dumps({"namespace": f"bench-closed-{n}", "fill_seconds": filled[n]}))
         if any(filled.values()):
             await asyncio.sleep(args.overlap + 2)  # the old closes now lie before every window

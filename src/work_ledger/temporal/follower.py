@@ -15,8 +15,10 @@ then); the follower reads the server. One *pass*:
    the describe of the held units;
 2. sweep `ExecutionStatus != 'Running' AND CloseTime in [lo, hi)` (every closed run: its
    start, and its close unless it continued as new) and `ExecutionStatus = 'Running' AND
-   StartTime in [lo, hi)` (runs that started). A pass reads a window, so its cost follows
-   the traffic of that window, never the namespace's closed history;
+   StartTime in [lo, hi)` (runs that started). A pass reads a window, so its RPCs follow
+   the traffic of that window, never the namespace's closed history (the time the server
+   takes for a CloseTime range is its own: the dev server's SQLite visibility scans the
+   whole namespace for one, bench/RESULTS.md);
 3. on a describe pass (the first, `--once`, then every `describe_every` seconds), describe
    each workflow whose unit the projection still holds and that visibility does not list
    as running (describe is strongly consistent): a close visibility indexed outside every
