@@ -2,21 +2,23 @@
 
     uv run python bench/temporal_follow.py                      # burst 1000; closed 1000, 100000
     uv run python bench/temporal_follow.py --burst 200 --closed 1000,10000   # smaller
+    uv run python bench/temporal_follow.py --closed 1000,100000 --temporal-db /tmp/t.db
 
 Starts its own Temporal dev server (the `temporal` CLI of the dev dependencies, in
-memory, free ports), its own embedded PostgreSQL and `work-ledger serve`, all stopped at
-exit. Two measurements:
+memory unless `--temporal-db`, free ports), its own embedded PostgreSQL and
+`work-ledger serve`, all stopped at exit. Two measurements:
 
 - **burst**: N units, N workflows started and waiting on a signal, the follower (default
   settings, no worker plugin) running; once every unit is in_progress, all N are signalled
   at once and complete. Lag per unit = the ledger's `verified` event time minus Temporal's
   close time (one machine, one clock). Every pass's Temporal RPCs and ledger requests are
   recorded.
-- **closed**: one namespace filled with N closed executions (workflows started with a 1 s
-  execution timeout and no worker: each times out by itself, one start RPC each), older
-  than the follower's overlap; then 20 fresh runs close and a new follower (checkpoint just
-  before them) makes one pass. Its wall time and RPCs, median of 5 such passes; then the
-  namespace is filled up to the next N and the same is measured again.
+- **closed**: per N, a namespace `bench-closed-N` holding N closed executions (each start
+  terminates the previous run of its workflow id: one RPC per close), older than the
+  follower's overlap; then 20 fresh runs close and a new follower (checkpoint just before
+  them) makes one pass. Its wall time and RPCs, median of `--rounds` (9) such passes,
+  the namespaces taking turns. With `--temporal-db` the dev server keeps its SQLite file:
+  namespaces filled once are re-used.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from typing import Any
 import httpx
 from temporalio import workflow
 from temporalio.client import Client
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
@@ -61,6 +63,7 @@ from work_ledger.temporal.forwarder import LedgerForwarder
 BIN = Path(sys.executable).parent
 SECRET = "bench-temporal-secret"
 EVIDENCE = "https://ci.example/runs/bench"
+CLOSED = "ExecutionStatus != 'Running'"
 RUNNER = UnsandboxedWorkflowRunner()  # the workflow lives in __main__ beside the harness
 
 
@@ -88,9 +91,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def temporal_server(home: Path, namespaces: list[str]) -> Iterator[str]:
+def temporal_server(home: Path, namespaces: list[str], db: Path | None) -> Iterator[str]:
     port = free_port()
     args = [str(BIN / "temporal"), "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
+    if db is not None:  # kept between runs: a filled namespace is filled once
+        args += ["--db-filename", str(db)]  # WAL, no fsync: a bench file, not a record
+        args += ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=off"]
     args += ["--port", str(port), "--http-port", str(free_port())]
     args += ["--metrics-port", str(free_port()), "--log-level", "error"]
     for ns in namespaces:
@@ -257,9 +263,12 @@ async def _namespace_ready(client: Client) -> None:
 
 
 async def _start_retried(client: Client, workflow_id: str) -> None:
-    """Start a run that times out by itself; the loaded dev server sometimes answers
-    "namespace not found" or lets the RPC time out, so those are retried (the workflow id
-    makes a retried start that did get through a refusal, not a second run)."""
+    """Start a run of `workflow_id`, terminating the one running under that id: one RPC
+    that closes one execution (Terminated) and opens the next, with no worker and no timer
+    (a 1 s execution timeout costs the dev server a timer task per run: 13-40 closes a
+    second here, against 60-150 this way). The loaded dev server sometimes answers
+    "namespace not found" or lets the RPC time out, so those are retried; a retried start
+    that did get through only closes one more run."""
     for attempt in range(30):
         try:
             await client.start_workflow(
@@ -267,11 +276,10 @@ async def _start_retried(client: Client, workflow_id: str) -> None:
                 False,
                 id=workflow_id,
                 task_queue="nobody",
-                execution_timeout=dt.timedelta(seconds=1),
+                id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             )
             return
-        except WorkflowAlreadyStartedError:
-            return  # an earlier attempt got through after all
         except RPCError as exc:
             retryable = (RPCStatusCode.NOT_FOUND, RPCStatusCode.DEADLINE_EXCEEDED)
             if exc.status not in retryable or attempt == 29:
@@ -279,49 +287,89 @@ async def _start_retried(client: Client, workflow_id: str) -> None:
             await asyncio.sleep(1)
 
 
-async def fill(client: Client, total: int, tag: str, already: int) -> None:
-    """Bring the namespace to `total` timed-out executions."""
-    await _gather_limited(
-        [_start_retried(client, f"old-{tag}-{i}") for i in range(already, total)], limit=16
-    )
-    while True:
-        if (await client.count_workflows("ExecutionStatus = 'TimedOut'")).count >= total:
-            return
-        await asyncio.sleep(1)
-
-
-async def closed_pass(
-    client: Client, admin: str, n: int, home: Path, overlap: float
-) -> dict[str, Any]:
-    """One pass's cost over 20 fresh closes, the namespace holding `n` older ones."""
-    namespace = client.namespace
+async def fill(client: Client, total: int, chains: int = 128) -> float:
+    """Bring the namespace to at least `total` closed executions (a namespace kept in
+    `--temporal-db` from an earlier run may hold them already); returns the seconds spent.
+    `chains` workflow ids side by side, each start closing its id's previous run."""
+    began = time.monotonic()
+    have = (await client.count_workflows(CLOSED)).count
+    missing = total - have
+    if missing <= 0:
+        return 0.0
     tag = uuid.uuid4().hex[:6]
-    async with ledger_served(admin, home / f"closed-{n}") as (ledger, url, token, database_url):
-        fresh = [f"fresh-{tag}-{i}" for i in range(20)]
-        units = [NewUnit(f"unit-{w}", "bench", "orders", workflow_id=w) for w in fresh]
-        await ledger.register(units, Actor("operator", privileged=True))
-        mark = dt.datetime.now(dt.UTC)
-        await FollowState(database_url).advance(namespace, mark)
-        queue = f"bench-{tag}"
-        async with worker(client, queue):
-            for w in fresh:
-                await client.execute_workflow("BenchMigrate", False, id=w, task_queue=queue)
-        await asyncio.sleep(1)
-        samples = []
-        for _ in range(5):
-            f = follower(client, database_url, url, token, overlap=overlap, lag=0.0)
-            started = time.perf_counter()
-            report = await f.run_pass(describe=False)
-            samples.append((time.perf_counter() - started, report))
-        return {
-            "closed_in_namespace": n,
-            "pass_ms_median": round(statistics.median(s for s, _ in samples) * 1000, 1),
-            "pass_ms_all": [round(s * 1000, 1) for s, _ in samples],
-            "runs_in_window": samples[0][1].runs,
-            "temporal_rpcs": samples[0][1].temporal_rpcs,
-            "ledger_requests": samples[0][1].ledger_requests,
-            "read_ms_median": round(statistics.median(r.read_seconds for _, r in samples) * 1e3, 1),
-        }
+    chains = min(chains, missing)
+    # a chain of k starts closes k - 1 runs; its last is terminated by id: k closes
+    per_chain = [missing // chains + (1 if j < missing % chains else 0) for j in range(chains)]
+
+    async def chain(j: int) -> None:
+        for _ in range(per_chain[j]):
+            await _start_retried(client, f"old-{tag}-{j}")
+        await client.get_workflow_handle(f"old-{tag}-{j}").terminate("bench fill")
+
+    await asyncio.gather(*(chain(j) for j in range(chains)))
+    async with asyncio.timeout(600):  # visibility indexes the closes a little later
+        while True:
+            if (await client.count_workflows(CLOSED)).count >= total:
+                return time.monotonic() - began
+            await asyncio.sleep(1)
+
+
+async def _fresh_closes(client: Client, ledger: Ledger, database_url: str) -> dt.datetime:
+    """20 units and their runs, completed just after the follower's checkpoint (returned)."""
+    tag = uuid.uuid4().hex[:6]
+    fresh = [f"fresh-{tag}-{i}" for i in range(20)]
+    units = [NewUnit(f"unit-{w}", "bench", "orders", workflow_id=w) for w in fresh]
+    await ledger.register(units, Actor("operator", privileged=True))
+    mark = dt.datetime.now(dt.UTC)
+    await FollowState(database_url).advance(client.namespace, mark)
+    queue = f"bench-{tag}"
+    async with worker(client, queue):
+        for w in fresh:
+            await client.execute_workflow("BenchMigrate", False, id=w, task_queue=queue)
+    return mark
+
+
+async def closed_passes(
+    clients: dict[int, Client], admin: str, home: Path, overlap: float, rounds: int
+) -> list[dict[str, Any]]:
+    """A pass's cost over 20 fresh closes in each namespace (`n` older closes in it). The
+    namespaces take turns, one pass each per round, so a change of the machine's load
+    falls on every N alike; the first round (connections warming up) is left out."""
+    async with contextlib.AsyncExitStack() as stack:
+        served, marks = {}, {}
+        for n, client in clients.items():
+            served[n] = await stack.enter_async_context(ledger_served(admin, home / f"c-{n}"))
+            marks[n] = await _fresh_closes(client, served[n][0], served[n][3])
+        await asyncio.sleep(1)  # visibility indexes the fresh closes
+        samples: dict[int, list[tuple[float, PassReport]]] = {n: [] for n in clients}
+        for _ in range(rounds + 1):
+            for n, client in clients.items():
+                _, url, token, database_url = served[n]
+                # each pass moves the checkpoint; the window still starts `overlap` before
+                # the first checkpoint, so every pass sweeps the same 20 closes
+                since = (dt.datetime.now(dt.UTC) - marks[n]).total_seconds()
+                f = follower(client, database_url, url, token, overlap=overlap + since, lag=0.0)
+                started = time.perf_counter()
+                report = await f.run_pass(describe=False)
+                samples[n].append((time.perf_counter() - started, report))
+        rows = []
+        for n, client in clients.items():
+            kept = samples[n][1:]
+            rows.append(
+                {
+                    "namespace": client.namespace,
+                    "closed_in_namespace": (await client.count_workflows(CLOSED)).count,
+                    "pass_ms_median": round(statistics.median(s for s, _ in kept) * 1e3, 1),
+                    "pass_ms_all": [round(s * 1e3, 1) for s, _ in kept],
+                    "read_ms_median": round(
+                        statistics.median(r.read_seconds for _, r in kept) * 1e3, 1
+                    ),
+                    "runs_in_window": kept[0][1].runs,
+                    "temporal_rpcs": kept[0][1].temporal_rpcs,
+                    "ledger_requests": kept[0][1].ledger_requests,
+                }
+            )
+        return rows
 
 
 async def main() -> None:
@@ -329,30 +377,52 @@ async def main() -> None:
     parser.add_argument("--burst", type=int, default=1000)
     parser.add_argument("--closed", default="1000,100000")
     parser.add_argument("--overlap", type=float, default=60.0)
+    parser.add_argument(
+        "--temporal-db",
+        type=Path,
+        help="the dev server's SQLite file, kept: its bench-closed-N namespaces are filled "
+        "once and re-used by later runs (default: in memory, filled every run)",
+    )
+    parser.add_argument("--rounds", type=int, default=9, help="passes per namespace")
+    parser.add_argument(
+        "--no-fill",
+        action="store_true",
+        help="measure the bench-closed-N namespaces of --temporal-db as they stand (a fill "
+        "stopped half way): closed_in_namespace says how many they hold",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     sizes = [int(s) for s in args.closed.split(",") if s]
     home = Path(tempfile.mkdtemp(prefix="wl-bench-temporal-"))
-    namespaces = ["bench-burst", "bench-closed"]
+    namespaces = ["bench-burst", *(f"bench-closed-{n}" for n in sizes)]
     result: dict[str, Any] = {"started": dt.datetime.now(dt.UTC).isoformat()}
     admin = embedded_server_url(home / "pg", delete_on_exit=True)
-    with temporal_server(home, namespaces) as address:
+    with temporal_server(home, namespaces, args.temporal_db) as address:
         if args.burst:
             result["burst"] = await burst(address, admin, args.burst, home)
             print(json.dumps(result["burst"]), flush=True)
-        result["closed"] = []
-        client = await Client.connect(address, namespace="bench-closed")
-        await _namespace_ready(client)
-        tag, filled = uuid.uuid4().hex[:6], 0
-        for n in sizes:
-            began = time.monotonic()
-            await fill(client, n, tag, filled)
-            filled = n
+        clients: dict[int, Client] = {}
+        filled: dict[int, float] = {}
+        for n in sizes:  # each N its own namespace: N closed executions in the namespace
+            clients[n] = await Client.connect(address, namespace=f"bench-closed-{n}")
+            await _namespace_ready(clients[n])
+            filled[n] = 0.0 if args.no_fill else round(await fill(clients[n], n), 1)
+            print(json.dumps({"namespace": f"bench-closed-{n}", "fill_seconds": filled[n]}))
+        if any(filled.values()):
             await asyncio.sleep(args.overlap + 2)  # the old closes now lie before every window
-            row = await closed_pass(client, admin, n, home, args.overlap)
-            row["fill_seconds"] = round(time.monotonic() - began - args.overlap - 2, 1)
-            result["closed"].append(row)
-            print(json.dumps(row), flush=True)
+        if clients:
+            result["closed"] = await closed_passes(clients, admin, home, args.overlap, args.rounds)
+            for row in result["closed"]:
+                row["fill_seconds"] = filled[int(row["namespace"].rsplit("-", 1)[1])]
+                print(json.dumps(row), flush=True)
+            first, last = result["closed"][0], result["closed"][-1]
+            result["pass_ratio_last_to_first"] = round(
+                last["pass_ms_median"] / first["pass_ms_median"], 2
+            )
+            result["read_ratio_last_to_first"] = round(
+                last["read_ms_median"] / first["read_ms_median"], 2
+            )
+            print(json.dumps({k: v for k, v in result.items() if k.endswith("first")}))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"temporal-follow-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2))

@@ -5,12 +5,20 @@ then); the follower reads the server. One *pass*:
 
 1. `hi = now - lag`, `lo = checkpoint - overlap` (no checkpoint yet: `now - lookback`).
    Visibility is eventually consistent: a close may be indexed seconds late with a
-   CloseTime before our last look, so each pass sweeps again the `overlap` before the
-   checkpoint, and never looks at the last `lag` seconds, still settling;
+   CloseTime before our last look, so a pass sweeps again the `overlap` before the
+   checkpoint, and never looks at the last `lag` seconds, still settling. Only every
+   `overlap / 2` seconds (and on the first pass) is that the whole overlap; the passes
+   between sweep again the last `RECENT` seconds before the checkpoint, where nearly every
+   late close lies: under a burst a pass then reads the closes since the last pass, not
+   the last minute's again. A close visibility indexes up to `overlap / 2` seconds late is
+   still swept (the next full sweep's window reaches back to it); a later one is found by
+   the describe of the held units;
 2. sweep `ExecutionStatus != 'Running' AND CloseTime in [lo, hi)` (every closed run: its
    start, and its close unless it continued as new) and `ExecutionStatus = 'Running' AND
-   StartTime in [lo, hi)` (runs that started). A pass reads a window, so its cost follows
-   the traffic of that window, never the namespace's closed history;
+   StartTime in [lo, hi)` (runs that started). A pass reads a window, so its RPCs follow
+   the traffic of that window, never the namespace's closed history (the time the server
+   takes for a CloseTime range is its own: the dev server's SQLite visibility scans the
+   whole namespace for one, bench/RESULTS.md);
 3. on a describe pass (the first, `--once`, then every `describe_every` seconds), describe
    each workflow whose unit the projection still holds and that visibility does not list
    as running (describe is strongly consistent): a close visibility indexed outside every
@@ -18,7 +26,9 @@ then); the follower reads the server. One *pass*:
    not a describe each;
 4. post the events through the ledger's ingest (`POST /projection/events`, projector
    token), keyed by `lifecycle.step_key` like the plugin's, so whichever source comes first
-   applies a step and the other is a duplicate;
+   applies a step and the other is a duplicate. Delivery overlaps reading: a batch leaves
+   as soon as its workflows are read (a workflow's events together, in order, in one
+   batch), so a burst's first closes reach the ledger while the last results are read;
 5. only then move the durable checkpoint to `hi`. A pass that fails (ledger or Temporal
    down, the follower killed) leaves it where it was: the next pass sweeps the same window
    again, and the keys make the repeat harmless.
@@ -36,7 +46,7 @@ import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -51,6 +61,7 @@ log = logging.getLogger("work_ledger.temporal.follow")
 BATCH = 100  # events per ledger request; a workflow's events always share one
 SENDS = 4  # ledger requests in flight (serve's default database pool is 4)
 READS = 32  # Temporal reads (describe, result) in flight
+RECENT = 5.0  # seconds before the checkpoint a pass between two full sweeps sweeps again
 RUNNING = "ExecutionStatus = 'Running'"
 COUNTS = ("applied", "duplicates", "refused", "stale", "unmatched")
 
@@ -71,6 +82,7 @@ class PassReport:
 
     lo: dt.datetime
     hi: dt.datetime
+    full_sweep: bool = True  # the whole overlap swept again (else the last RECENT seconds)
     runs: int = 0
     described: int = 0
     sent: int = 0
@@ -78,8 +90,8 @@ class PassReport:
     rejected: int = 0
     temporal_rpcs: int = 0
     ledger_requests: int = 0
-    read_seconds: float = 0.0  # reading Temporal
-    deliver_seconds: float = 0.0  # the ledger's ingest
+    read_seconds: float = 0.0  # reading Temporal (the first batches are delivered meanwhile)
+    deliver_seconds: float = 0.0  # after the last read, until every batch was delivered
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
     salt: str = field(default_factory=lambda: uuid.uuid4().hex)  # this pass's Idempotency-Key
 
@@ -87,6 +99,7 @@ class PassReport:
         return {
             "swept_from": self.lo.isoformat(),
             "swept_until": self.hi.isoformat(),
+            "full_sweep": self.full_sweep,
             "runs": self.runs,
             "described": self.described,
             "sent": self.sent,
@@ -123,6 +136,7 @@ class Follower:
         # overlap re-reads them, and they need not be posted again (pruned past the window).
         self.delivered: dict[str, dt.datetime] = {}
         self.described_at: dt.datetime | None = None
+        self.swept_all_at: dt.datetime | None = None  # the last pass that swept all overlap
 
     async def run_pass(self, *, describe: bool | None = None) -> PassReport:
         """One pass (see the module docstring); raises if Temporal or the ledger fails."""
@@ -135,56 +149,87 @@ class Follower:
         hi = now - dt.timedelta(seconds=s.lag)
         checkpoint = await self.state.checkpoint(self.namespace)
         start = checkpoint or now - dt.timedelta(seconds=s.lookback)
-        report = PassReport(min(start - dt.timedelta(seconds=s.overlap), hi), hi)
+        full = self.swept_all_at is None or (
+            (now - self.swept_all_at).total_seconds() >= s.overlap / 2
+        )
+        overlap = s.overlap if full else min(s.overlap, RECENT)
+        report = PassReport(min(start - dt.timedelta(seconds=overlap), hi), hi, full)
         rpcs_before = self.reader.rpcs
         began = time.perf_counter()
-        events = await self._swept(report)
-        if describe:
-            events += await self._described(report, {e["workflow_id"] for e in events})
+        delivery = _Delivery(self._send_batch, self.delivered, report)
+        try:
+            seen = await self._swept(report, delivery)
+            if describe:
+                await self._described(report, seen, delivery)
+        except BaseException:
+            await delivery.abandon()
+            raise
         read = time.perf_counter()
-        await self._deliver(events, report)
+        await delivery.finish()
         report.read_seconds = round(read - began, 3)
         report.deliver_seconds = round(time.perf_counter() - read, 3)
         await self.state.advance(self.namespace, hi)
         if describe:
             self.described_at = now
-        self.delivered = {k: t for k, t in self.delivered.items() if t >= report.lo}
+        if full:
+            self.swept_all_at = now
+        oldest = min(start - dt.timedelta(seconds=s.overlap), hi)  # the next full sweep's
+        self.delivered = {k: t for k, t in self.delivered.items() if t >= oldest}
         report.temporal_rpcs = self.reader.rpcs - rpcs_before
         return report
 
     async def follow(self, stop: asyncio.Event, on_pass: Callable[[PassReport], None]) -> None:
-        """Pass after pass until `stop` is set; a failed pass is logged and tried again."""
+        """Pass after pass until `stop` is set, one every `interval` seconds from the start
+        of the last (at once after a pass that took longer: a burst of closes is not left
+        waiting); a failed pass is logged and tried again after `interval`."""
         while not stop.is_set():
+            began = time.monotonic()
+            pause = self.settings.interval
             try:
                 on_pass(await self.run_pass())
+                pause -= time.monotonic() - began
             except ForwardRefused:
                 raise  # a wrong token or URL: passing again cannot help
             except Exception as exc:  # Temporal, the ledger or its database unreachable
                 log.warning("pass failed; will sweep again: %s: %s", type(exc).__name__, exc)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.settings.interval)
+                await asyncio.wait_for(stop.wait(), max(pause, 0.0))
 
     # -- reading --------------------------------------------------------------------------
 
-    async def _swept(self, report: PassReport) -> list[dict[str, Any]]:
+    async def _swept(self, report: PassReport, delivery: _Delivery) -> set[str]:
+        """Read the window's runs; each workflow's events go to `delivery` as soon as its
+        runs are read. Returns the workflows seen."""
         closed = await self.reader.closed_between(report.lo, report.hi)
         running = await self.reader.running_started_between(report.lo, report.hi)
         report.runs = len(closed) + len(running)
-        events = [self._started(run) for run in running]
-        for found in await _bounded([self._of_closed(run, report) for run in closed], READS):
-            events += found
-        return events
+        by_workflow: dict[str, list[Run]] = {}
+        for run in (*running, *closed):
+            by_workflow.setdefault(run.workflow_id, []).append(run)
 
-    async def _described(self, report: PassReport, seen: set[str]) -> list[dict[str, Any]]:
+        async def read(runs: list[Run]) -> None:
+            events: list[dict[str, Any]] = []
+            for run in runs:
+                if run.status == "running":
+                    events.append(self._started(run))
+                else:
+                    events += await self._of_closed(run, report)
+            delivery.add(events)
+
+        await _bounded([read(runs) for runs in by_workflow.values()], READS)
+        return set(by_workflow)
+
+    async def _described(self, report: PassReport, seen: set[str], delivery: _Delivery) -> None:
         held = [w for w in await self.state.held_workflows() if w not in seen]
         if held:  # visibility's running list (a page per 1,000) spares most describes
             running = {r.workflow_id for r in await self.reader.runs(RUNNING)}
             held = [w for w in held if w not in running]
         report.described = len(held)
-        events: list[dict[str, Any]] = []
-        for found in await _bounded([self._describe(w, report) for w in held], READS):
-            events += found
-        return events
+
+        async def read(workflow_id: str) -> None:
+            delivery.add(await self._describe(workflow_id, report))
+
+        await _bounded([read(w) for w in held], READS)
 
     async def _describe(self, workflow_id: str, report: PassReport) -> list[dict[str, Any]]:
         run = await self.reader.describe(workflow_id)
@@ -253,14 +298,6 @@ class Follower:
 
     # -- writing --------------------------------------------------------------------------
 
-    async def _deliver(self, events: list[dict[str, Any]], report: PassReport) -> None:
-        fresh: dict[str, dict[str, Any]] = {}
-        for e in events:
-            if e["source_event_id"] not in self.delivered:
-                fresh.setdefault(e["source_event_id"], e)
-        ordered = sorted(fresh.values(), key=lambda e: (e["occurred_at"], e["event_id"]))
-        await _bounded([self._send_batch(b, report) for b in _batches(ordered)], SENDS)
-
     async def _send_batch(self, batch: list[dict[str, Any]], report: PassReport) -> None:
         try:
             await self._send(batch, report)
@@ -289,18 +326,58 @@ class Follower:
             log.warning("the ledger refused %s: %s", event["source_event_id"], exc.detail)
 
 
-def _batches(ordered: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Batches of about BATCH events, each workflow's events in one batch and in order, so
-    batches may be sent side by side without reordering any unit's steps."""
-    by_workflow: dict[str, list[dict[str, Any]]] = {}
-    for event in ordered:
-        by_workflow.setdefault(event["workflow_id"], []).append(event)
-    batches: list[list[dict[str, Any]]] = [[]]
-    for events in by_workflow.values():
-        if batches[-1] and len(batches[-1]) + len(events) > BATCH:
-            batches.append([])
-        batches[-1].extend(events)
-    return [b for b in batches if b]
+class _Delivery:
+    """Batches of about BATCH events, sent while the pass still reads, SENDS at a time.
+
+    Each workflow's events arrive together (`add`) and stay together, in order, in one
+    batch: batches may be delivered side by side without reordering any unit's steps."""
+
+    def __init__(
+        self,
+        send: Callable[[list[dict[str, Any]], PassReport], Awaitable[None]],
+        delivered: dict[str, dt.datetime],
+        report: PassReport,
+    ) -> None:
+        self.send, self.delivered, self.report = send, delivered, report
+        self.batch: list[dict[str, Any]] = []
+        self.sending: list[asyncio.Task[None]] = []
+        self.gate = asyncio.Semaphore(SENDS)
+
+    def add(self, events: list[dict[str, Any]]) -> None:
+        """One workflow's events; those this process delivered before are left out."""
+        fresh: dict[str, dict[str, Any]] = {}
+        for e in events:
+            if e["source_event_id"] not in self.delivered:
+                fresh.setdefault(e["source_event_id"], e)
+        if not fresh:
+            return
+        if self.batch and len(self.batch) + len(fresh) > BATCH:
+            self._flush()
+        self.batch += sorted(fresh.values(), key=lambda e: (e["occurred_at"], e["event_id"]))
+
+    def _flush(self) -> None:
+        batch, self.batch = self.batch, []
+        self.sending.append(asyncio.create_task(self._gated(batch)))
+
+    async def _gated(self, batch: list[dict[str, Any]]) -> None:
+        async with self.gate:
+            await self.send(batch, self.report)
+
+    async def finish(self) -> None:
+        """Send what is left, wait for every batch; raise the first failure."""
+        if self.batch:
+            self._flush()
+        outcomes = await asyncio.gather(*self.sending, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def abandon(self) -> None:
+        """The pass failed: stop the batches in flight (the checkpoint stays, and the next
+        pass sends them again; the keys make any that got through duplicates)."""
+        for task in self.sending:
+            task.cancel()
+        await asyncio.gather(*self.sending, return_exceptions=True)
 
 
 async def _bounded(coros: list[Coroutine[Any, Any, T]], limit: int) -> list[T]:

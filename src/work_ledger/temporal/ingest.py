@@ -1,7 +1,8 @@
 """The Temporal projection (DESIGN §9): workflow events in, guarded transitions out, once.
 
 Temporal is the execution truth; the ledger only *receives* its events. Each event is
-projected in one transaction of its own on one connection:
+projected in one transaction of its own on one connection; the events of one unit in the
+order given, those of different units side by side (up to `PARALLEL` connections):
 
 1. lock the unit whose `workflow_id` the event names (every delivery for that unit queues
    behind this lock);
@@ -9,7 +10,10 @@ projected in one transaction of its own on one connection:
    of the unit is the newest so far;
 3. unless the event is a duplicate or older than that newest one, drive the unit towards
    the state the event means, through the same guarded statements of `units.sql` that
-   every other caller uses (inside a savepoint: a refused step leaves nothing behind);
+   every other caller uses. A refused step rolls the whole transaction back and the event
+   is projected again from step 1, this time with its steps inside a savepoint, so the
+   refusal is recorded and nothing of the steps is (refusals are rare: the common event
+   saves the savepoint's two round trips);
 4. append the `projected` event with `ON CONFLICT (source_event_id) DO NOTHING`. Zero rows
    means another delivery recorded it first: the whole transaction rolls back, so only a
    newly inserted event ever changes its unit.
@@ -51,6 +55,7 @@ format unambiguous.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Sequence
@@ -74,6 +79,7 @@ from work_ledger.temporal.steps import (
 MAX_ID = 1000
 MAX_DETAIL_BYTES = 16_000
 MAX_EVENT_ID = 2**63 - 1
+PARALLEL = 4  # units projected side by side (serve's default pool holds 4 connections)
 __all__ = [
     "MAX_EVENT_ID",
     "MAX_ID",
@@ -131,6 +137,11 @@ class _AlreadyRecorded(Exception):
     """Raised inside the transaction to roll it back: another delivery recorded the event."""
 
 
+class _Refused(Exception):
+    """Raised inside a transaction without a savepoint to roll it back: a step was refused,
+    and the event is projected again with one."""
+
+
 class Projector:
     """Projects batches of workflow events onto the ledger, each exactly once.
 
@@ -145,13 +156,31 @@ class Projector:
 
     async def project(self, events: Sequence[WorkflowEvent]) -> ProjectionReport:
         """Validate the whole batch (nothing is written if any event is malformed), then
-        project each event in its own transaction, in the order given."""
+        project each event in its own transaction: a unit's events in the order given,
+        different units' side by side; the results in the order given."""
         if not 1 <= len(events) <= MAX_BATCH:
             raise InvalidInput(
                 f"send between 1 and {MAX_BATCH} events per batch, not {len(events)}"
             )
         prepared = [self._prepare(i, e) for i, e in enumerate(events)]
-        return ProjectionReport([await self._project_one(p) for p in prepared])
+        results: list[EventResult | None] = [None] * len(prepared)
+        by_unit: dict[str, list[int]] = {}  # a workflow_id names at most one unit
+        for i, p in enumerate(prepared):
+            by_unit.setdefault(p.event.workflow_id, []).append(i)
+        gate = asyncio.Semaphore(PARALLEL)
+
+        async def one_unit(indexes: list[int]) -> None:
+            async with gate:
+                for i in indexes:
+                    results[i] = await self._project_one(prepared[i])
+
+        # Every unit runs to its end even if another fails (each event is its own
+        # transaction); then the first failure is raised.
+        done = await asyncio.gather(*map(one_unit, by_unit.values()), return_exceptions=True)
+        for failure in done:
+            if isinstance(failure, BaseException):
+                raise failure
+        return ProjectionReport([r for r in results if r is not None])
 
     # -- input ----------------------------------------------------------------------------
 
@@ -224,12 +253,20 @@ class Projector:
 
     async def _project_one(self, p: Prepared) -> EventResult:
         try:
-            async with self.ledger.store.pool.acquire() as conn, conn.transaction():
-                return await self._in_transaction(Tx(conn), conn, p)
+            try:
+                return await self._attempt(p, savepoint=False)
+            except _Refused:
+                return await self._attempt(p, savepoint=True)
         except _AlreadyRecorded:
             return EventResult(p.source_event_id, EventOutcome.DUPLICATE)
 
-    async def _in_transaction(self, tx: Tx, conn: Any, p: Prepared) -> EventResult:
+    async def _attempt(self, p: Prepared, *, savepoint: bool) -> EventResult:
+        async with self.ledger.store.pool.acquire() as conn, conn.transaction():
+            return await self._in_transaction(Tx(conn), conn, p, savepoint=savepoint)
+
+    async def _in_transaction(
+        self, tx: Tx, conn: Any, p: Prepared, *, savepoint: bool
+    ) -> EventResult:
         locked = await tx.fetchrow("projection_lock_unit", p.event.workflow_id)
         if locked is None:
             return EventResult(
@@ -266,7 +303,7 @@ class Projector:
                 "a late event never moves a unit",
             )
         else:
-            result = await self._drive(tx, conn, p, state)
+            result = await self._drive(tx, conn, p, state, savepoint=savepoint)
         detail = p.record(
             result.outcome,
             from_state=result.from_state,
@@ -279,13 +316,20 @@ class Projector:
             raise _AlreadyRecorded
         return result
 
-    async def _drive(self, tx: Tx, conn: Any, p: Prepared, state: UnitState) -> EventResult:
+    async def _drive(
+        self, tx: Tx, conn: Any, p: Prepared, state: UnitState, *, savepoint: bool
+    ) -> EventResult:
         before = state.unit.state
         moving = UnitState(state.unit, state.attempt_id)
         try:
-            async with conn.transaction():  # a savepoint: a refused step leaves nothing
+            if savepoint:
+                async with conn.transaction():  # a savepoint: a refused step leaves nothing
+                    await Steps(self.lease_seconds, tx, p, moving).run()
+            else:
                 await Steps(self.lease_seconds, tx, p, moving).run()
         except (Refused, InvariantViolation) as exc:
+            if not savepoint:  # an earlier step may have written: roll back, go again
+                raise _Refused from exc
             reason = exc.reason if isinstance(exc, Refused) else exc.detail
             return EventResult(
                 p.source_event_id,
