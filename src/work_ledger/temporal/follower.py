@@ -68,7 +68,7 @@ COUNTS = ("applied", "duplicates", "refused", "stale", "unmatched")
 
 @dataclass(frozen=True, slots=True)
 class FollowSettings:
-    interval: float = 1.0  # seconds between passes
+    interval: float = 1.0  # seconds from the start of one pass to the next
     lag: float = 0.5  # the newest seconds of visibility are left for the next pass
     overlap: float = 60.0  # seconds before the checkpoint swept again
     lookback: float = 3600.0  # first pass, no checkpoint: how far back to start
