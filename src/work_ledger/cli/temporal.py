@@ -73,7 +73,13 @@ def follow(
             "{namespace}, {workflow_id}, {run_id} are filled in."
         ),
     ] = None,
-    interval: Annotated[float, typer.Option(min=0.05, help="Seconds from the start of one pass to the next (a pass that takes longer is followed at once).")] = 1.0,
+    interval: Annotated[
+        float,
+        typer.Option(
+            min=0.05,
+            help="Seconds from one pass's start to the next's (a longer pass is followed at once).",
+        ),
+    ] = 1.0,
     lag: Annotated[float, typer.Option(min=0, help="Newest seconds left to settle.")] = 0.5,
     overlap: Annotated[
         float, typer.Option(min=0, help="Seconds before the checkpoint swept again.")
