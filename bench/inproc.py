@@ -37,7 +37,6 @@ from claims import seed_ledger
 from harness import Server, start_embedded
 
 from work_ledger.api.app import create_app
-from work_ledger.api.direct import DirectRoutes
 from work_ledger.api.middleware import configure_logging
 from work_ledger.config import Settings
 
@@ -160,7 +159,7 @@ async def main(seconds: float, workers: int, path: str, profile: bool) -> None:
         configure_logging()  # serve's JSON access lines (on stdout, as serve writes them)
         app = create_app(settings)
         if path == "fastapi":  # every request down FastAPI's routing and dependency solving
-            app.user_middleware = [m for m in app.user_middleware if m.cls is not DirectRoutes]
+            app.direct_routes = ()
         async with app.router.lifespan_context(app):
             await _drive(app, tokens, seconds, profile)
 

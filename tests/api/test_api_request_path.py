@@ -32,8 +32,7 @@ def app() -> Any:
 
 def test_every_write_is_on_the_direct_path(app: Any) -> None:
     """Each POST of the API is planned by DirectRoutes (none falls to per-request solving)."""
-    direct = next(m for m in app.user_middleware if m.cls is DirectRoutes)
-    routes = direct.kwargs["routes"]
+    routes = app.direct_routes
     posts = {r.path for r in routes if "POST" in (getattr(r, "methods", None) or ())}
     planned = DirectRoutes(app, app, routes).plans("POST")
     assert len(posts) >= 11

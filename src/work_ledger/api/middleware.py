@@ -43,7 +43,8 @@ _TOO_LARGE = (
 )
 
 
-def _too_large(limit: int) -> Any:
+def too_large(limit: int) -> Any:
+    """The 413 problem for a body over `limit` bytes."""
     return problem_response(
         413, "payload_too_large", "Request body too large", _TOO_LARGE.format(limit=limit)
     )
@@ -68,31 +69,37 @@ class EdgeMiddleware:
             await send(message)
 
         try:
-            if self._declared(scope) > self.max_body:
-                await _too_large(self.max_body)(scope, receive, send_logged)
+            if declared_length(scope) > self.max_body:
+                await too_large(self.max_body)(scope, receive, send_logged)
                 return
-            await self.app(scope, _limited(receive, self.max_body), send_logged)
+            await self.app(scope, limited(receive, self.max_body), send_logged)
         finally:
-            state = scope.get("state") or {}
-            access_log.info(
-                "request",
-                principal=state.get("principal"),
-                method=scope["method"],
-                path=scope["path"],
-                status=status,
-                unit_id=state.get("unit_id"),
-                duration_ms=round((time.perf_counter() - started) * 1000, 2),
-            )
-
-    @staticmethod
-    def _declared(scope: Scope) -> int:
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                return int(value) if value.isdigit() else 0
-        return 0
+            log_request(scope, status, started)
 
 
-def _limited(receive: Receive, limit: int) -> Receive:
+def log_request(scope: Scope, status: int, started: float) -> None:
+    """The request's access line (`started` from `time.perf_counter()`)."""
+    state = scope.get("state") or {}
+    access_log.info(
+        "request",
+        principal=state.get("principal"),
+        method=scope["method"],
+        path=scope["path"],
+        status=status,
+        unit_id=state.get("unit_id"),
+        duration_ms=round((time.perf_counter() - started) * 1000, 2),
+    )
+
+
+def declared_length(scope: Scope) -> int:
+    """The request's Content-Length (0 when absent or not a number)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+def limited(receive: Receive, limit: int) -> Receive:
     """`receive`, refusing a body that streams past `limit` bytes."""
     size = 0
 
