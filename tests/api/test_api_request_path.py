@@ -1,14 +1,22 @@
 """The request path's pure parts: every write on the direct path, bodies documented, the
-nesting scan, the failure limiter."""
+nesting scan, the failure limiter, the preformatted access line."""
 
 from __future__ import annotations
 
+import datetime as dt
+import io
+import json
+import re
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
+from structlog.testing import capture_logs
 
-from work_ledger.api import wire
+from work_ledger.api import middleware, wire
 from work_ledger.api.app import create_app
 from work_ledger.api.direct import DirectRoutes
 from work_ledger.api.ratelimit import FailureLimiter
@@ -81,3 +89,63 @@ def test_failure_limiter_allows_a_burst_then_refills() -> None:
         limiter.failed("a")
     assert limiter.retry_after("a") == 2
     assert limiter.retry_after("b") == 0
+
+
+@pytest.fixture
+def logging_restored() -> Iterator[None]:
+    saved = structlog.get_config()
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
+        middleware._preformatted = None
+
+
+def _scope(path: str, state: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "http", "method": "POST", "path": path, "headers": [], "state": state}
+
+
+@pytest.mark.usefixtures("logging_restored")
+def test_preformatted_access_line_is_the_structlog_line() -> None:
+    """serve's access line, written by one f-string, is byte for byte what its structlog
+    chain renders (the timestamp aside), including escapes and nulls."""
+    stream = io.StringIO()
+    middleware.configure_logging(stream=stream)
+    processors = structlog.get_config()["processors"]
+    cases = [
+        ("/units/claim", {"principal": "agent-1/x", "unit_id": "4f1c"}, 200),
+        ('/units/"\u00e9\\\n/claim', {}, 422),
+    ]
+    for path, state, status in cases:
+        started = time.perf_counter()
+        middleware.log_request(_scope(path, dict(state)), status, started)
+        ours = stream.getvalue().splitlines()[-1]
+        fields = json.loads(ours)
+        event: Any = {
+            "principal": state.get("principal"),
+            "method": "POST",
+            "path": path,
+            "status": status,
+            "unit_id": state.get("unit_id"),
+            "duration_ms": fields["duration_ms"],
+            "event": "request",
+        }
+        for processor in processors:
+            event = processor(None, "info", event)
+        stamp = re.compile(r'"timestamp": "[^"]+"')
+        assert stamp.sub("", ours) == stamp.sub("", event), path
+        written = dt.datetime.fromisoformat(fields["timestamp"].replace("Z", "+00:00"))
+        assert abs((written - dt.datetime.now(dt.UTC)).total_seconds()) < 60
+
+
+@pytest.mark.usefixtures("logging_restored")
+def test_access_line_goes_through_structlog_once_reconfigured() -> None:
+    """Once structlog is configured otherwise (here: capturing), the line is structlog's."""
+    stream = io.StringIO()
+    middleware.configure_logging(stream=stream)
+    # Or the access logger would keep this chain for the rest of the test session.
+    structlog.configure(cache_logger_on_first_use=False)
+    with capture_logs() as logs:
+        middleware.log_request(_scope("/units/claim", {"principal": "a"}), 200, 0.0)
+    assert stream.getvalue() == ""
+    assert [(line["event"], line["principal"]) for line in logs] == [("request", "a")]
