@@ -1,5 +1,6 @@
 """The request path's pure parts: every write on the direct path, bodies documented, the
-nesting scan, the failure limiter, the preformatted access line."""
+nesting scan, the failure limiter, the preformatted access line, the answers written from
+the domain objects."""
 
 from __future__ import annotations
 
@@ -8,19 +9,32 @@ import io
 import json
 import re
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
+from pydantic import BaseModel
 from structlog.testing import capture_logs
 
-from work_ledger.api import middleware, wire
+from work_ledger.api import middleware, schemas, wire
 from work_ledger.api.app import create_app
 from work_ledger.api.direct import DirectRoutes
 from work_ledger.api.ratelimit import FailureLimiter
+from work_ledger.api.routes import attempts
 from work_ledger.config import Settings
+from work_ledger.domain import (
+    Attempt,
+    Claim,
+    Disposition,
+    Outcome,
+    Question,
+    QuestionStatus,
+    State,
+    Unit,
+)
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +163,54 @@ def test_access_line_goes_through_structlog_once_reconfigured() -> None:
         middleware.log_request(_scope("/units/claim", {"principal": "a"}), 200, 0.0)
     assert stream.getvalue() == ""
     assert [(line["event"], line["principal"]) for line in logs] == [("request", "a")]
+
+
+def _unit(state: State, disposition: Disposition | None) -> Unit:
+    at = dt.datetime(2026, 12, 1, 5, 0, 0, tzinfo=dt.UTC)
+    later = at + dt.timedelta(seconds=1, microseconds=7)
+    return Unit(
+        uuid.uuid4(), at, later, 'ref "é" \\ ☃', "fleet", "dom", state, disposition,
+        later if disposition else None, None, "agent-1/sub", later, None, 2, 125,
+        ["https://ci.example/1", "https://ci.example/2"],
+    )  # fmt: skip
+
+
+def _attempt(unit: Unit, outcome: Outcome | None) -> Attempt:
+    ended = None if outcome is None else unit.updated_at
+    return Attempt(
+        uuid.uuid4(), unit.id, 2, "agent-1/sub", unit.created_at, outcome, 125,
+        None if outcome is None else "https://ci.example/1", ended,
+    )  # fmt: skip
+
+
+def test_hot_answers_are_the_response_models_bytes() -> None:
+    """Each answer written from the domain objects is byte for byte the answer its route's
+    response model (the one in /openapi.json) writes, for every state and outcome."""
+    cases: list[tuple[Any, Any, type[BaseModel], dict[str, Any]]] = []
+    for state in State:
+        disposition = Disposition.MIGRATED if state is State.DONE else None
+        unit = _unit(state, disposition)
+        for outcome in (None, *Outcome):
+            attempt = _attempt(unit, outcome)
+            question = Question(
+                uuid.uuid4(), unit.id, attempt.id, "why?", QuestionStatus.OPEN, None,
+                "agent-questions", None, "agent-1", None, unit.created_at, None,
+            )  # fmt: skip
+            pair = {"unit": unit, "attempt": attempt}
+            cases += [
+                (schemas.CLAIM_JSON, Claim(unit, attempt, True), schemas.ClaimOut,
+                 {**pair, "resumed": True}),
+                (schemas.UNIT_ATTEMPT_JSON, schemas.UnitAttempt(unit, attempt),
+                 schemas.UnitAttemptOut, pair),
+                (schemas.UNIT_ATTEMPT_JSON, schemas.UnitAttempt(unit, attempt),
+                 attempts.AttemptUnitOut, pair),
+                (schemas.UNIT_QUESTION_JSON, schemas.UnitQuestion(unit, question),
+                 schemas.UnitQuestionOut, {"unit": unit, "question": question}),
+                (schemas.UNIT_ONLY_JSON, schemas.UnitOnly(unit), schemas.DisposeOut,
+                 {"unit": unit}),
+            ]  # fmt: skip
+    empty = {"unit": None, "attempt": None, "resumed": False}
+    cases.append((schemas.CLAIM_JSON, Claim(None, None), schemas.ClaimOut, empty))
+    for adapter, value, model, fields in cases:
+        written = model.model_validate(fields, from_attributes=True).model_dump_json()
+        assert adapter.dump_json(value).decode() == written

@@ -161,8 +161,8 @@ class DirectRoutes:
             return await plan.endpoint(**kwargs)
 
         try:
-            key = request.headers.get("idempotency-key")
-            if plan.idempotent and key is not None:
+            key = _idempotency_key(scope) if plan.idempotent else None
+            if key is not None:
                 return await IdempotentRoute.run_keyed(plan.route.path, request, key, call)
             return await call(request)
         except Exception as exc:
@@ -205,6 +205,14 @@ class _Observed:
             self.metrics.observe_problem(bytes(response.body))
         elif status == 200 and method == "POST" and route.endswith("/claim"):
             self.metrics.observe_claim(bytes(response.body))
+
+
+def _idempotency_key(scope: Scope) -> str | None:
+    """The first Idempotency-Key header, read from the raw headers (no Headers object)."""
+    for name, value in scope["headers"]:
+        if name == b"idempotency-key":
+            return str(value.decode("latin-1"))
+    return None
 
 
 def _path_values(plan: _Plan, match: re.Match[str]) -> dict[str, Any] | None:
