@@ -4,6 +4,7 @@ the domain objects."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import io
 import json
@@ -16,12 +17,14 @@ from typing import Any
 
 import pytest
 import structlog
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
-from work_ledger.api import middleware, schemas, wire
-from work_ledger.api.app import create_app
-from work_ledger.api.direct import DirectRoutes
+from work_ledger.api import metrics as api_metrics
+from work_ledger.api import middleware, problems, schemas, wire
+from work_ledger.api.app import LedgerApp, create_app
+from work_ledger.api.direct import DirectRoutes, direct
 from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.api.routes import attempts
 from work_ledger.config import Settings
@@ -214,3 +217,48 @@ def test_hot_answers_are_the_response_models_bytes() -> None:
     for adapter, value, model, fields in cases:
         written = model.model_validate(fields, from_attributes=True).model_dump_json()
         assert adapter.dump_json(value).decode() == written
+
+
+def _boom_app() -> LedgerApp:
+    """A LedgerApp whose one direct write fails unexpectedly."""
+    app = LedgerApp()
+    problems.install(app)
+    api_metrics.install(app)
+    router = APIRouter()
+
+    @router.post("/boom")
+    @direct
+    async def boom(request: Request) -> Response:
+        raise RuntimeError("boom")
+
+    app.include_router(router)
+    app.direct_routes = router.routes
+    return app
+
+
+def test_unexpected_error_on_the_direct_path_is_a_500_problem_raised_on() -> None:
+    """As Starlette's error middleware does: a 500 problem answered, counted and logged,
+    and the error raised on for the server to log."""
+    app = _boom_app()
+    sent: list[Any] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def call() -> None:
+        scope = {**_scope("/boom", {}), "app": app, "query_string": b""}
+        await app.build_middleware_stack()(scope, receive, send)
+
+    with capture_logs() as logs, pytest.raises(RuntimeError, match="boom"):
+        asyncio.run(call())
+    assert sent[0]["status"] == 500
+    assert json.loads(sent[1]["body"])["code"] == "internal_error"
+    assert [line["status"] for line in logs if line["event"] == "request"] == [500]
+    registry = app.state.metrics.registry
+    labels = {"code": "internal_error", "invariant": "none"}
+    assert registry.get_sample_value("work_ledger_refusals_total", labels) == 1
+    timed = {"method": "POST", "route": "/boom", "status": "500"}
+    assert registry.get_sample_value("work_ledger_request_duration_seconds_count", timed) == 1

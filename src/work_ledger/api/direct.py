@@ -1,19 +1,22 @@
-"""The direct path: a route marked `@direct` is called straight from the edge.
+"""The direct path: a route marked `@direct` is called straight from the server.
 
 FastAPI declares every route: the OpenAPI document, path and query validation, every
-GET. Per request, though, it also runs its exception middleware, walks the route list,
-and solves each endpoint's dependencies anew. For the ledger's writes, which run many
-times a second, `DirectRoutes` (the innermost middleware, inside the access log, the
-metrics and the body limit) does that work once, at start-up: it plans each marked
-route's call (the request, the dependencies, which take only the request, and the path
-parameters, validated by the route's own fields) and then serves a matching request
-with one regex match and one call. Idempotency-Key goes through the same
-`IdempotentRoute.run_keyed` as on the FastAPI path. A request it cannot plan for (a
-path parameter that fails validation, say) goes down the ordinary FastAPI path, which
-answers it as before; both paths answer with the app's own exception handlers.
+GET. Per request, though, a request also passes Starlette's error middleware, FastAPI's
+body limit, the metrics and access-log middlewares and FastAPI's exception middleware,
+then a walk of the route list and the solving of the endpoint's dependencies. For the
+ledger's writes, which run many times a second, `DirectRoutes` stands in front of all
+of that (`LedgerApp` puts it outside the middleware stack) and does the work once, at
+start-up: it plans each marked route's call (the request, the dependencies, which take
+only the request, and the path parameters, validated by the route's own fields) and
+then serves a matching request with one regex match and one call, doing itself what the
+skipped layers did for it: the body limit, the request metrics and the access line.
+Idempotency-Key goes through the same `IdempotentRoute.run_keyed` as on the FastAPI
+path. A request it cannot plan for (a path parameter that fails validation, say) goes
+down the ordinary stack, which answers it as before; both paths answer with the app's
+own exception handlers.
 
 A route opts in with `@direct` under its `@router.post(...)`; it must read its body with
-`wire.json_body` and return a Response (`wire.answer`).
+`wire.json_body` and return a Response (`wire.answer`, `wire.answer_as`).
 """
 
 from __future__ import annotations
