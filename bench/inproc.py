@@ -1,14 +1,17 @@
-"""The request path's own CPU, in process: claim, start and release through the ASGI app
-called directly (no sockets, no uvicorn), on the direct path or on FastAPI's (not part of
-run.py).
+"""The request path's own CPU, in process: claim then start (the HTTP section's
+claim+start, each by a sub-agent of its own) through an ASGI app called directly (no
+sockets, no uvicorn): serve's app on its direct path or on FastAPI's, or the bare app
+(`asgi_raw.py`) that the HTTP section measures serve against (not part of run.py).
 
-    uv run --group bench python bench/inproc.py [seconds=5] [workers=16] [direct|fastapi] [profile]
+    uv run --group bench python bench/inproc.py [seconds=5] [workers=16] \\
+        [direct|fastapi|bare] [profile]
 
 Starts its own embedded PostgreSQL, seeds 30,000 units, builds the real app with
-`create_app` and drives it from `workers` tasks; prints the process CPU per life (three
-requests, the client side included) on stderr and, with `profile`, cProfile's top
-functions. The access lines go to stdout, as serve's do: redirect it. The
-A/B that chose the direct path ran `direct` and `fastapi` alternately (bench/RESULTS.md).
+`create_app` (or the bare app over a pool of the same size) and drives it from `workers`
+tasks; prints the process CPU per claim+start (two requests, the client side included)
+on stderr and, with `profile`, cProfile's top functions by CPU time. The access lines go
+to stdout, as serve's do: redirect it. Run the modes one after another in one session and
+compare their ratio: the figures move with the machine's load.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import cProfile
 import io
+import itertools
 import json
 import pstats
 import sys
@@ -26,18 +30,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import asgi_raw
 import asyncpg
 import httpbench
 from claims import seed_ledger
 from harness import Server, start_embedded
 
 from work_ledger.api.app import create_app
-from work_ledger.api.direct import DirectRoutes
 from work_ledger.api.middleware import configure_logging
 from work_ledger.config import Settings
 
+_ITEMS = itertools.count()
 
-def _scope(method: str, path: str, token: str, body: bytes) -> dict[str, Any]:
+
+def _scope(method: str, path: str, token: str, body: bytes, agent: str) -> dict[str, Any]:
     return {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -51,6 +57,7 @@ def _scope(method: str, path: str, token: str, body: bytes) -> dict[str, Any]:
         "headers": [
             (b"host", b"bench"),
             (b"authorization", f"Bearer {token}".encode()),
+            (b"x-wl-agent", agent.encode()),
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
         ],
@@ -60,7 +67,7 @@ def _scope(method: str, path: str, token: str, body: bytes) -> dict[str, Any]:
     }
 
 
-async def _call(app: Any, path: str, token: str, body: bytes) -> tuple[int, bytes]:
+async def _call(app: Any, path: str, token: str, body: bytes, agent: str) -> tuple[int, bytes]:
     sent = False
     out: list[Any] = []
 
@@ -75,22 +82,50 @@ async def _call(app: Any, path: str, token: str, body: bytes) -> tuple[int, byte
     async def send(message: Any) -> None:
         out.append(message)
 
-    await app(_scope("POST", path, token, body), receive, send)
+    await app(_scope("POST", path, token, body, agent), receive, send)
     return out[0]["status"], b"".join(m.get("body", b"") for m in out[1:])
 
 
-async def _lives(app: Any, token: str, until: float) -> int:
-    lives = 0
+async def _claim_starts(app: Any, i: int, token: str, until: float) -> int:
+    done = 0
     while time.monotonic() < until:
-        _, claimed = await _call(app, "/units/claim", token, b"{}")
+        agent = f"bench-agent-{i}/{next(_ITEMS)}"  # as httpbench's: a sub-agent per item
+        _, claimed = await _call(app, "/units/claim", token, b"{}", agent)
         answer = json.loads(claimed)
         unit, attempt = answer["unit"]["id"], answer["attempt"]["id"]
-        for to in ("in_progress", "ready"):
-            body = json.dumps({"to": to, "attempt_id": attempt}).encode()
-            status, _ = await _call(app, f"/units/{unit}/transition", token, body)
-            assert status == 200, status
-        lives += 1
-    return lives
+        body = json.dumps({"to": "in_progress", "attempt_id": attempt}).encode()
+        status, _ = await _call(app, f"/units/{unit}/transition", token, body, agent)
+        assert status == 200, status
+        done += 1
+    return done
+
+
+async def _drive(app: Any, tokens: list[str], seconds: float, profile: bool) -> None:
+    """Warm up for a second, then run `seconds`; print the CPU per claim+start."""
+    await asyncio.gather(
+        *(_claim_starts(app, i, t, time.monotonic() + 1) for i, t in enumerate(tokens))
+    )
+    # CPU time, not wall time: the loop's waits on PostgreSQL are not the app's cost.
+    profiler = cProfile.Profile(time.process_time)
+    cpu = time.process_time()
+    if profile:
+        profiler.enable()
+    until = time.monotonic() + seconds
+    done = sum(
+        await asyncio.gather(*(_claim_starts(app, i, t, until) for i, t in enumerate(tokens)))
+    )
+    profiler.disable()
+    cpu = time.process_time() - cpu
+    print(
+        f"{done} claim+start in {seconds:g} s; CPU per claim+start {cpu / done * 1000:.3f} ms",
+        file=sys.stderr,
+    )
+    if profile:
+        text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=text)
+        stats.sort_stats("cumulative").print_stats(50)
+        stats.sort_stats("tottime").print_stats(40)
+        print(text.getvalue(), file=sys.stderr)
 
 
 async def main(seconds: float, workers: int, path: str, profile: bool) -> None:
@@ -101,6 +136,16 @@ async def main(seconds: float, workers: int, path: str, profile: bool) -> None:
         conn = await asyncpg.connect(url)
         await seed_ledger(conn, 30_000)
         await conn.close()
+        print(f"{path}: ", end="", file=sys.stderr)
+        if path == "bare":
+            asgi_raw._pool = await asyncpg.create_pool(
+                url, min_size=1, max_size=httpbench.POOL_SIZE_BARE
+            )
+            try:
+                await _drive(asgi_raw.app, tokens, seconds, profile)
+            finally:
+                await asgi_raw._pool.close()
+            return
         settings = Settings(
             database_url=url,
             home=home,
@@ -114,25 +159,9 @@ async def main(seconds: float, workers: int, path: str, profile: bool) -> None:
         configure_logging()  # serve's JSON access lines (on stdout, as serve writes them)
         app = create_app(settings)
         if path == "fastapi":  # every request down FastAPI's routing and dependency solving
-            app.user_middleware = [m for m in app.user_middleware if m.cls is not DirectRoutes]
+            app.direct_routes = ()
         async with app.router.lifespan_context(app):
-            await asyncio.gather(*(_lives(app, t, time.monotonic() + 1) for t in tokens))
-            profiler = cProfile.Profile()
-            cpu = time.process_time()
-            if profile:
-                profiler.enable()
-            until = time.monotonic() + seconds
-            lives = sum(await asyncio.gather(*(_lives(app, t, until) for t in tokens)))
-            profiler.disable()
-            cpu = time.process_time() - cpu
-    print(
-        f"{path}: {lives} lives in {seconds:g} s; CPU per life {cpu / lives * 1000:.2f} ms",
-        file=sys.stderr,
-    )
-    if profile:
-        text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(50)
-        print(text.getvalue(), file=sys.stderr)
+            await _drive(app, tokens, seconds, profile)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,12 @@ def claim_waiters(api: Api, domain: str | None = None) -> int:
     return len(notifier.claims(domain))
 
 
+def parked_claims(api: Api) -> int:
+    """Claimers past their look and parked on their turn (`asyncio.shield` waits on it)."""
+    queue = api.app.state.notifier.claims(None)
+    return sum(1 for turn in queue._waiting if turn._callbacks)  # asyncio.Future's own list
+
+
 def parked_on(event: asyncio.Event) -> int:
     return len(event._waiters)  # type: ignore[attr-defined]  # asyncio.Event's own queue
 
@@ -182,7 +188,9 @@ async def test_departed_waiter_claims_nothing(api: Api, operator: httpx.AsyncCli
     claimed on its behalf."""
     agent = await api.as_role(Role.AGENT, "agent-1")
     waiting = asyncio.create_task(agent.post("/units/claim", json={"wait_seconds": WAIT}))
-    await until(lambda: claim_waiters(api) == 1)
+    # Parked, not only queued: queued comes just before the first look, which would find
+    # the unit registered below if it ran after it.
+    await until(lambda: parked_claims(api) == 1)
     # The waiter's own connection: counting all of them would also count an idle
     # keep-alive connection that the server closes on its own timer meanwhile.
     parked = api.connections(mid_request=True)

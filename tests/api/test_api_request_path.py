@@ -1,18 +1,43 @@
 """The request path's pure parts: every write on the direct path, bodies documented, the
-nesting scan, the failure limiter."""
+nesting scan, the failure limiter, the preformatted access line, the answers written from
+the domain objects."""
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
+import io
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel
+from structlog.testing import capture_logs
 
-from work_ledger.api import wire
-from work_ledger.api.app import create_app
-from work_ledger.api.direct import DirectRoutes
+from work_ledger.api import metrics as api_metrics
+from work_ledger.api import middleware, problems, schemas, wire
+from work_ledger.api.app import LedgerApp, create_app
+from work_ledger.api.direct import DirectRoutes, direct
 from work_ledger.api.ratelimit import FailureLimiter
+from work_ledger.api.routes import attempts
 from work_ledger.config import Settings
+from work_ledger.domain import (
+    Attempt,
+    Claim,
+    Disposition,
+    Outcome,
+    Question,
+    QuestionStatus,
+    State,
+    Unit,
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +57,7 @@ def app() -> Any:
 
 def test_every_write_is_on_the_direct_path(app: Any) -> None:
     """Each POST of the API is planned by DirectRoutes (none falls to per-request solving)."""
-    direct = next(m for m in app.user_middleware if m.cls is DirectRoutes)
-    routes = direct.kwargs["routes"]
+    routes = app.direct_routes
     posts = {r.path for r in routes if "POST" in (getattr(r, "methods", None) or ())}
     planned = DirectRoutes(app, app, routes).plans("POST")
     assert len(posts) >= 11
@@ -82,3 +106,159 @@ def test_failure_limiter_allows_a_burst_then_refills() -> None:
         limiter.failed("a")
     assert limiter.retry_after("a") == 2
     assert limiter.retry_after("b") == 0
+
+
+@pytest.fixture
+def logging_restored() -> Iterator[None]:
+    saved = structlog.get_config()
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
+        middleware._preformatted = None
+
+
+def _scope(path: str, state: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "http", "method": "POST", "path": path, "headers": [], "state": state}
+
+
+@pytest.mark.usefixtures("logging_restored")
+def test_preformatted_access_line_is_the_structlog_line() -> None:
+    """serve's access line, written by one f-string, is byte for byte what its structlog
+    chain renders (the timestamp aside), including escapes and nulls."""
+    stream = io.StringIO()
+    middleware.configure_logging(stream=stream)
+    processors = structlog.get_config()["processors"]
+    cases = [
+        ("/units/claim", {"principal": "agent-1/x", "unit_id": "4f1c"}, 200),
+        ('/units/"\u00e9\\\n/claim', {}, 422),
+    ]
+    for path, state, status in cases:
+        started = time.perf_counter()
+        middleware.log_request(_scope(path, dict(state)), status, started)
+        ours = stream.getvalue().splitlines()[-1]
+        fields = json.loads(ours)
+        event: Any = {
+            "principal": state.get("principal"),
+            "method": "POST",
+            "path": path,
+            "status": status,
+            "unit_id": state.get("unit_id"),
+            "duration_ms": fields["duration_ms"],
+            "event": "request",
+        }
+        for processor in processors:
+            event = processor(None, "info", event)
+        stamp = re.compile(r'"timestamp": "[^"]+"')
+        assert stamp.sub("", ours) == stamp.sub("", event), path
+        written = dt.datetime.fromisoformat(fields["timestamp"].replace("Z", "+00:00"))
+        assert abs((written - dt.datetime.now(dt.UTC)).total_seconds()) < 60
+
+
+@pytest.mark.usefixtures("logging_restored")
+def test_access_line_goes_through_structlog_once_reconfigured() -> None:
+    """Once structlog is configured otherwise (here: capturing), the line is structlog's."""
+    stream = io.StringIO()
+    middleware.configure_logging(stream=stream)
+    # Or the access logger would keep this chain for the rest of the test session.
+    structlog.configure(cache_logger_on_first_use=False)
+    with capture_logs() as logs:
+        middleware.log_request(_scope("/units/claim", {"principal": "a"}), 200, 0.0)
+    assert stream.getvalue() == ""
+    assert [(line["event"], line["principal"]) for line in logs] == [("request", "a")]
+
+
+def _unit(state: State, disposition: Disposition | None) -> Unit:
+    at = dt.datetime(2026, 12, 1, 5, 0, 0, tzinfo=dt.UTC)
+    later = at + dt.timedelta(seconds=1, microseconds=7)
+    return Unit(
+        uuid.uuid4(), at, later, 'ref "é" \\ ☃', "fleet", "dom", state, disposition,
+        later if disposition else None, None, "agent-1/sub", later, None, 2, 125,
+        ["https://ci.example/1", "https://ci.example/2"],
+    )  # fmt: skip
+
+
+def _attempt(unit: Unit, outcome: Outcome | None) -> Attempt:
+    ended = None if outcome is None else unit.updated_at
+    return Attempt(
+        uuid.uuid4(), unit.id, 2, "agent-1/sub", unit.created_at, outcome, 125,
+        None if outcome is None else "https://ci.example/1", ended,
+    )  # fmt: skip
+
+
+def test_hot_answers_are_the_response_models_bytes() -> None:
+    """Each answer written from the domain objects is byte for byte the answer its route's
+    response model (the one in /openapi.json) writes, for every state and outcome."""
+    cases: list[tuple[Any, Any, type[BaseModel], dict[str, Any]]] = []
+    for state in State:
+        disposition = Disposition.MIGRATED if state is State.DONE else None
+        unit = _unit(state, disposition)
+        for outcome in (None, *Outcome):
+            attempt = _attempt(unit, outcome)
+            question = Question(
+                uuid.uuid4(), unit.id, attempt.id, "why?", QuestionStatus.OPEN, None,
+                "agent-questions", None, "agent-1", None, unit.created_at, None,
+            )  # fmt: skip
+            pair = {"unit": unit, "attempt": attempt}
+            cases += [
+                (schemas.CLAIM_JSON, Claim(unit, attempt, True), schemas.ClaimOut,
+                 {**pair, "resumed": True}),
+                (schemas.UNIT_ATTEMPT_JSON, schemas.UnitAttempt(unit, attempt),
+                 schemas.UnitAttemptOut, pair),
+                (schemas.UNIT_ATTEMPT_JSON, schemas.UnitAttempt(unit, attempt),
+                 attempts.AttemptUnitOut, pair),
+                (schemas.UNIT_QUESTION_JSON, schemas.UnitQuestion(unit, question),
+                 schemas.UnitQuestionOut, {"unit": unit, "question": question}),
+                (schemas.UNIT_ONLY_JSON, schemas.UnitOnly(unit), schemas.DisposeOut,
+                 {"unit": unit}),
+            ]  # fmt: skip
+    empty = {"unit": None, "attempt": None, "resumed": False}
+    cases.append((schemas.CLAIM_JSON, Claim(None, None), schemas.ClaimOut, empty))
+    for adapter, value, model, fields in cases:
+        written = model.model_validate(fields, from_attributes=True).model_dump_json()
+        assert adapter.dump_json(value).decode() == written
+
+
+def _boom_app() -> LedgerApp:
+    """A LedgerApp whose one direct write fails unexpectedly."""
+    app = LedgerApp()
+    problems.install(app)
+    api_metrics.install(app)
+    router = APIRouter()
+
+    @router.post("/boom")
+    @direct
+    async def boom(request: Request) -> Response:
+        raise RuntimeError("boom")
+
+    app.include_router(router)
+    app.direct_routes = router.routes
+    return app
+
+
+def test_unexpected_error_on_the_direct_path_is_a_500_problem_raised_on() -> None:
+    """As Starlette's error middleware does: a 500 problem answered, counted and logged,
+    and the error raised on for the server to log."""
+    app = _boom_app()
+    sent: list[Any] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def call() -> None:
+        scope = {**_scope("/boom", {}), "app": app, "query_string": b""}
+        await app.build_middleware_stack()(scope, receive, send)
+
+    with capture_logs() as logs, pytest.raises(RuntimeError, match="boom"):
+        asyncio.run(call())
+    assert sent[0]["status"] == 500
+    assert json.loads(sent[1]["body"])["code"] == "internal_error"
+    assert [line["status"] for line in logs if line["event"] == "request"] == [500]
+    registry = app.state.metrics.registry
+    labels = {"code": "internal_error", "invariant": "none"}
+    assert registry.get_sample_value("work_ledger_refusals_total", labels) == 1
+    timed = {"method": "POST", "route": "/boom", "status": "500"}
+    assert registry.get_sample_value("work_ledger_request_duration_seconds_count", timed) == 1

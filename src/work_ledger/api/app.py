@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp
 
 from work_ledger.api import mcp_http, metrics, problems, wire
 from work_ledger.api.deps import document_headers
@@ -73,6 +75,16 @@ async def _expire_idempotency(store: IdempotencyStore) -> None:
         await asyncio.sleep(EXPIRE_EVERY_SECONDS)
 
 
+class LedgerApp(FastAPI):
+    """FastAPI, with `DirectRoutes` in front of its whole middleware stack: a write on the
+    direct path skips every layer (api/direct.py)."""
+
+    direct_routes: Sequence[BaseRoute] = ()
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return DirectRoutes(super().build_middleware_stack(), self, self.direct_routes)
+
+
 def create_app(
     settings: Settings,
     *,
@@ -80,7 +92,7 @@ def create_app(
     bootstrap: bool = False,
     max_connections: int | None = None,
     auth_failures: FailureLimiter | None = None,
-) -> FastAPI:
+) -> LedgerApp:
     """The API over `settings.database_url` (or the embedded server)."""
 
     @asynccontextmanager
@@ -109,7 +121,7 @@ def create_app(
                     await expiry
                 await notifier.stop()
 
-    app = FastAPI(
+    app = LedgerApp(
         title="work-ledger",
         version="0.1.0",
         description="The durable accounting ledger for fleets of AI coding agents. "
@@ -132,7 +144,7 @@ def create_app(
         app.include_router(module.router)
     app.state.mcp = mcp_http.mount(app)  # MCP over Streamable HTTP at /mcp
     routes = [route for module in routers for route in module.router.routes]
-    app.add_middleware(DirectRoutes, fastapi_app=app, routes=routes)  # innermost
+    app.direct_routes = routes
     app.add_middleware(EdgeMiddleware)
     metrics.install(app, token=settings.metrics_token)  # times every request (outside the edge)
 

@@ -81,8 +81,15 @@ class Caller:
 # dependency in a worker thread, a hop that cost ~10% of serve's time on the claim path.
 async def ledger(request: Request) -> Ledger:
     """The app's ledger, or the one bound to this request's transaction (idempotent writes)."""
-    value: Ledger = getattr(request.state, "ledger", None) or request.app.state.ledger
+    value: Ledger = _state(request).get("ledger") or request.app.state.ledger
     return value
+
+
+def _state(request: Request) -> dict[str, Any]:
+    """The request's state (what `request.state` reads and writes), as its plain dict: the
+    request path reads it a few times per request, without the State wrapper's lookups."""
+    state: dict[str, Any] = request.scope.setdefault("state", {})
+    return state
 
 
 def acting_agent(token: Principal, named: str | None) -> str:
@@ -101,20 +108,38 @@ def acting_agent(token: Principal, named: str | None) -> str:
 
 async def authenticate(request: Request) -> Caller:
     """Verify the bearer token once per request (cached on the request)."""
-    cached: Caller | None = getattr(request.state, "caller", None)
+    state = _state(request)
+    cached: Caller | None = state.get("caller")
     if cached is not None:
         return cached
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    authorization, named = _auth_headers(request.scope["headers"])
+    scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized(
             "no token: send `Authorization: Bearer wl_<prefix>_<secret>` with a token from "
             "`work-ledger token create --role ROLE --principal NAME`"
         )
     principal = await _verified(request, token.strip())
-    caller = Caller(principal, acting_agent(principal, request.headers.get(AGENT_HEADER)))
-    request.state.caller = caller
-    request.state.principal = caller.agent
+    caller = Caller(principal, acting_agent(principal, named))
+    state["caller"] = caller
+    state["principal"] = caller.agent
     return caller
+
+
+def _auth_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str, str | None]:
+    """Authorization ("" when absent) and X-WL-Agent, the first of each, in one pass over
+    the raw headers (whose names the server has lower-cased)."""
+    authorization: bytes | None = None
+    named: bytes | None = None
+    for name, value in headers:
+        if name == b"authorization" and authorization is None:
+            authorization = value
+        elif name == b"x-wl-agent" and named is None:
+            named = value
+    return (
+        "" if authorization is None else authorization.decode("latin-1"),
+        None if named is None else named.decode("latin-1"),
+    )
 
 
 async def _verified(request: Request, token: str) -> Principal:
@@ -352,4 +377,4 @@ async def _release_quietly(store: IdempotencyStore, scope: str, key: str) -> Non
 
 def unit_logged(request: Request, unit_id: Any) -> None:
     """Name the unit in this request's access log line."""
-    request.state.unit_id = str(unit_id)
+    _state(request)["unit_id"] = str(unit_id)

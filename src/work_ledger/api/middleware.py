@@ -8,10 +8,12 @@ caller. The access line names the principal, method, path, status, unit and dura
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -23,18 +25,24 @@ MAX_BODY_BYTES = 1 << 20
 access_log = structlog.get_logger("work_ledger.access")
 
 
-def configure_logging(level: int = logging.INFO) -> None:
-    """JSON lines on stdout, one per request (and per notable event)."""
+def configure_logging(level: int = logging.INFO, stream: TextIO | None = None) -> None:
+    """JSON lines on `stream` (stdout), one per request (and per notable event)."""
+    global _preformatted
+    processors: list[Any] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.JSONRenderer(),
+    ]
+    factory = structlog.PrintLoggerFactory(stream or sys.stdout)
     structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.JSONRenderer(),
-        ],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        logger_factory=factory,
         cache_logger_on_first_use=True,
     )
+    _preformatted = _Preformatted(processors, factory, stream or sys.stdout)
+    if level > logging.INFO:
+        _preformatted = None
 
 
 _TOO_LARGE = (
@@ -43,7 +51,8 @@ _TOO_LARGE = (
 )
 
 
-def _too_large(limit: int) -> Any:
+def too_large(limit: int) -> Any:
+    """The 413 problem for a body over `limit` bytes."""
     return problem_response(
         413, "payload_too_large", "Request body too large", _TOO_LARGE.format(limit=limit)
     )
@@ -68,31 +77,91 @@ class EdgeMiddleware:
             await send(message)
 
         try:
-            if self._declared(scope) > self.max_body:
-                await _too_large(self.max_body)(scope, receive, send_logged)
+            if declared_length(scope) > self.max_body:
+                await too_large(self.max_body)(scope, receive, send_logged)
                 return
-            await self.app(scope, _limited(receive, self.max_body), send_logged)
+            await self.app(scope, limited(receive, self.max_body), send_logged)
         finally:
-            state = scope.get("state") or {}
-            access_log.info(
-                "request",
-                principal=state.get("principal"),
-                method=scope["method"],
-                path=scope["path"],
-                status=status,
-                unit_id=state.get("unit_id"),
-                duration_ms=round((time.perf_counter() - started) * 1000, 2),
-            )
-
-    @staticmethod
-    def _declared(scope: Scope) -> int:
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                return int(value) if value.isdigit() else 0
-        return 0
+            log_request(scope, status, started)
 
 
-def _limited(receive: Receive, limit: int) -> Receive:
+def log_request(scope: Scope, status: int, started: float) -> None:
+    """The request's access line (`started` from `time.perf_counter()`)."""
+    state = scope.get("state") or {}
+    duration_ms = round((time.perf_counter() - started) * 1000, 2)
+    principal, unit_id = state.get("principal"), state.get("unit_id")
+    if _preformatted is not None and _preformatted.in_force():
+        _preformatted.write(principal, scope["method"], scope["path"], status, unit_id, duration_ms)
+        return
+    access_log.info(
+        "request",
+        principal=principal,
+        method=scope["method"],
+        path=scope["path"],
+        status=status,
+        unit_id=unit_id,
+        duration_ms=duration_ms,
+    )
+
+
+class _Preformatted:
+    """The access line as `configure_logging`'s structlog chain renders it (same keys in the
+    same order, the same JSON), written by one f-string: structlog's processor chain and
+    JSON renderer cost about three times as much per request (bench/RESULTS.md). In force
+    only while that configuration is (a test capturing logs reconfigures structlog)."""
+
+    def __init__(self, processors: list[Any], factory: Any, stream: TextIO) -> None:
+        # A copy: capturing logs refills the configured list in place.
+        self.chain, self.factory, self.stream = tuple(processors), factory, stream
+        self._second = -1
+        self._stamp = ""
+
+    def in_force(self) -> bool:
+        config = structlog.get_config()
+        return (
+            config["logger_factory"] is self.factory and tuple(config["processors"]) == self.chain
+        )
+
+    def write(
+        self,
+        principal: str | None,
+        method: str,
+        path: str,
+        status: int,
+        unit_id: str | None,
+        duration_ms: float,
+    ) -> None:
+        self.stream.write(
+            f'{{"principal": {_json(principal)}, "method": {_json(method)}, '
+            f'"path": {_json(path)}, "status": {status}, "unit_id": {_json(unit_id)}, '
+            f'"duration_ms": {duration_ms!r}, "event": "request", "level": "info", '
+            f'"timestamp": "{self._timestamp()}"}}\n'
+        )
+        self.stream.flush()
+
+    def _timestamp(self) -> str:
+        """Now in ISO 8601, UTC, to the microsecond; the date part made once a second."""
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._stamp = dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{self._stamp}.{int((now - second) * 1_000_000):06d}Z"
+
+
+_json = json.JSONEncoder().encode
+_preformatted: _Preformatted | None = None
+
+
+def declared_length(scope: Scope) -> int:
+    """The request's Content-Length (0 when absent or not a number)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+def limited(receive: Receive, limit: int) -> Receive:
     """`receive`, refusing a body that streams past `limit` bytes."""
     size = 0
 

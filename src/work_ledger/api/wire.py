@@ -22,7 +22,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import AfterValidator, BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, TypeAdapter, ValidationError
 from pydantic.json_schema import models_json_schema
 from starlette.requests import ClientDisconnect
 
@@ -34,6 +34,7 @@ JSON_MEDIA_TYPE = "application/json"
 # The models read by `json_body`, added to the OpenAPI components by the app factory.
 BODY_MODELS: dict[str, type[BaseModel]] = {}
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],]')
 
 
@@ -76,6 +77,12 @@ def answer(model: BaseModel, status_code: int = 200) -> Response:
     """The response: the model's JSON bytes, encoded once."""
     body = model.__pydantic_serializer__.to_json(model)
     return Response(body, status_code=status_code, media_type=JSON_MEDIA_TYPE)
+
+
+def answer_as(adapter: TypeAdapter[T], value: T, status_code: int = 200) -> Response:
+    """The response: `value` (domain objects) written by `adapter` (schemas.py), no wire
+    model built on the way."""
+    return Response(adapter.dump_json(value), status_code=status_code, media_type=JSON_MEDIA_TYPE)
 
 
 def _errors(exc: ValidationError, raw: bytes) -> list[dict[str, Any]]:

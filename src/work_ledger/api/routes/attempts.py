@@ -16,8 +16,16 @@ from work_ledger.api.deps import (
     unit_logged,
 )
 from work_ledger.api.direct import direct
-from work_ledger.api.schemas import AttemptOut, CostIn, LeaseIn, UnitAttemptOut, UnitOut
-from work_ledger.api.wire import answer, body_doc, json_body
+from work_ledger.api.schemas import (
+    UNIT_ATTEMPT_JSON,
+    AttemptOut,
+    CostIn,
+    LeaseIn,
+    UnitAttempt,
+    UnitAttemptOut,
+    UnitOut,
+)
+from work_ledger.api.wire import answer_as, body_doc, json_body
 from work_ledger.auth import Role
 from work_ledger.service import Ledger
 
@@ -52,9 +60,7 @@ async def heartbeat(
         attempt_id, caller.actor(), lease_seconds=body.lease_seconds
     )
     unit_logged(request, unit.id)
-    return answer(
-        UnitAttemptOut.model_validate({"unit": unit, "attempt": attempt}, from_attributes=True)
-    )
+    return answer_as(UNIT_ATTEMPT_JSON, UnitAttempt(unit, attempt))
 
 
 @router.post(
@@ -68,6 +74,4 @@ async def record_cost(
     body = await json_body(request, CostIn)
     unit, attempt = await svc.record_cost(attempt_id, body.cost_cents, caller.actor())
     unit_logged(request, unit.id)
-    return answer(
-        AttemptUnitOut.model_validate({"attempt": attempt, "unit": unit}, from_attributes=True)
-    )
+    return answer_as(UNIT_ATTEMPT_JSON, UnitAttempt(unit, attempt))

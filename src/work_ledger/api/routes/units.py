@@ -22,7 +22,11 @@ from work_ledger.api.deps import (
 from work_ledger.api.direct import direct
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.schemas import (
+    CLAIM_JSON,
     MAX_LIMIT,
+    UNIT_ATTEMPT_JSON,
+    UNIT_ONLY_JSON,
+    UNIT_QUESTION_JSON,
     BlockIn,
     ClaimIn,
     ClaimOut,
@@ -34,13 +38,16 @@ from work_ledger.api.schemas import (
     RegisterOut,
     TransitionIn,
     UnblockIn,
+    UnitAttempt,
     UnitAttemptOut,
     UnitDetailOut,
+    UnitOnly,
     UnitOut,
     UnitPage,
+    UnitQuestion,
     UnitQuestionOut,
 )
-from work_ledger.api.wire import answer, body_doc, json_body
+from work_ledger.api.wire import answer, answer_as, body_doc, json_body
 from work_ledger.auth import Role
 from work_ledger.domain import Claim, Disposition, NewUnit, Outcome, State
 from work_ledger.errors import InvalidInput
@@ -87,12 +94,7 @@ async def register_units(
 def _claim_out(request: Request, claim: Claim) -> Response:
     if claim.unit is not None:
         unit_logged(request, claim.unit.id)
-    return answer(
-        ClaimOut.model_validate(
-            {"unit": claim.unit, "attempt": claim.attempt, "resumed": claim.resumed},
-            from_attributes=True,
-        )
-    )
+    return answer_as(CLAIM_JSON, claim)
 
 
 @router.post(
@@ -143,13 +145,11 @@ async def claim_named(request: Request, unit: UnitRef, svc: LedgerDep, caller: A
     """Claim this unit; 409 naming the holder and lease expiry if it is held or closed."""
     body = await json_body(request, LeaseIn)
     claim = await svc.claim_named(unit, caller.agent, lease_seconds=body.lease_seconds)
-    if claim.unit is not None:
-        unit_logged(request, claim.unit.id)
-    return answer(
-        UnitAttemptOut.model_validate(
-            {"unit": claim.unit, "attempt": claim.attempt}, from_attributes=True
-        )
-    )
+    # claim_named refuses (raises) rather than answer an empty claim.
+    assert claim.unit is not None
+    assert claim.attempt is not None
+    unit_logged(request, claim.unit.id)
+    return answer_as(UNIT_ATTEMPT_JSON, UnitAttempt(claim.unit, claim.attempt))
 
 
 @router.post(
@@ -197,11 +197,7 @@ async def transition(
             attempt_id=body.attempt_id,
         )
     unit_logged(request, result[0].id)
-    return answer(
-        UnitAttemptOut.model_validate(
-            {"unit": result[0], "attempt": result[1]}, from_attributes=True
-        )
-    )
+    return answer_as(UNIT_ATTEMPT_JSON, UnitAttempt(*result))
 
 
 @router.post(
@@ -225,10 +221,7 @@ async def block(
         attempt_id=body.attempt_id,
     )
     unit_logged(request, found.id)
-    return answer(
-        UnitQuestionOut.model_validate({"unit": found, "question": question}, from_attributes=True),
-        201,
-    )
+    return answer_as(UNIT_QUESTION_JSON, UnitQuestion(found, question), 201)
 
 
 @router.post(
@@ -250,9 +243,7 @@ async def unblock(
         unit, body.answer, caller.actor(Role.TRIAGE), question_id=body.question_id
     )
     unit_logged(request, found.id)
-    return answer(
-        UnitQuestionOut.model_validate({"unit": found, "question": question}, from_attributes=True)
-    )
+    return answer_as(UNIT_QUESTION_JSON, UnitQuestion(found, question))
 
 
 @router.post(
@@ -274,7 +265,7 @@ async def dispose(request: Request, unit: UnitRef, svc: LedgerDep, caller: Agent
         attempt_id=body.attempt_id,
     )
     unit_logged(request, found.id)
-    return answer(DisposeOut.model_validate({"unit": found}, from_attributes=True))
+    return answer_as(UNIT_ONLY_JSON, UnitOnly(found))
 
 
 @router.get("/units")
