@@ -8,6 +8,7 @@ so a pass can report its cost. Needs the `temporal` extra.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from work_ledger.temporal.reconcile import Execution, normalize_status
 
 PAGE_SIZE = 1000
+SWEEP_PAGE_SIZE = 200  # a pass reads at least one page: keep it near a quiet window's closes
+log = logging.getLogger("work_ledger.temporal.follow")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +78,12 @@ def visibility_time(moment: dt.datetime) -> str:
 class TemporalReader:
     """The reads a follower pass or a reconcile makes, counted."""
 
-    def __init__(self, client: Client, *, page_size: int = PAGE_SIZE) -> None:
+    def __init__(
+        self, client: Client, *, page_size: int = PAGE_SIZE, sweep_page_size: int = SWEEP_PAGE_SIZE
+    ) -> None:
         self.client = client
         self.page_size = page_size
+        self.sweep_page_size = sweep_page_size
         self.rpcs = 0
 
     async def runs(self, query: str | None) -> list[Run]:
@@ -92,11 +98,36 @@ class TemporalReader:
                 return runs
 
     async def closed_between(self, lo: dt.datetime, hi: dt.datetime) -> list[Run]:
-        """Runs that closed in [lo, hi) (by CloseTime), continued-as-new ones included."""
-        return await self.runs(
-            f"ExecutionStatus != 'Running' AND CloseTime >= '{visibility_time(lo)}' "
-            f"AND CloseTime < '{visibility_time(hi)}'"
+        """Runs that closed in [lo, hi) (by CloseTime), continued-as-new ones included.
+
+        Visibility lists closed runs newest close first, so the sweep walks pages from the
+        newest and stops at the first run that closed before `lo`: its cost follows the
+        window's traffic, not the namespace's closed history. (A CloseTime range filter
+        would say the same, but the SQL visibility stores evaluate it on a column they do
+        not index: every pass would scan the namespace's whole history.) Should a store list
+        in another order, the walk sees it and reads with the range filter instead."""
+        runs: list[Run] = []
+        newest_first = self.client.list_workflows(
+            "ExecutionStatus != 'Running'", page_size=self.sweep_page_size
         )
+        previous: dt.datetime | None = None
+        while True:
+            await newest_first.fetch_next_page()
+            self.rpcs += 1
+            for run in map(Run.of, newest_first.current_page or ()):
+                if run.close_time is None or (previous is not None and run.close_time > previous):
+                    log.warning("visibility does not list closes newest first; filtering instead")
+                    return await self.runs(
+                        f"ExecutionStatus != 'Running' AND CloseTime >= '{visibility_time(lo)}' "
+                        f"AND CloseTime < '{visibility_time(hi)}'"
+                    )
+                previous = run.close_time
+                if run.close_time < lo:
+                    return runs
+                if run.close_time < hi:
+                    runs.append(run)
+            if not newest_first.next_page_token:
+                return runs
 
     async def running_started_between(self, lo: dt.datetime, hi: dt.datetime) -> list[Run]:
         """Runs still running that started in [lo, hi)."""

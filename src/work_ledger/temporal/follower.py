@@ -13,12 +13,11 @@ then); the follower reads the server. One *pass*:
    the last minute's again. A close visibility indexes up to `overlap / 2` seconds late is
    still swept (the next full sweep's window reaches back to it); a later one is found by
    the describe of the held units;
-2. sweep `ExecutionStatus != 'Running' AND CloseTime in [lo, hi)` (every closed run: its
-   start, and its close unless it continued as new) and `ExecutionStatus = 'Running' AND
-   StartTime in [lo, hi)` (runs that started). A pass reads a window, so its RPCs follow
-   the traffic of that window, never the namespace's closed history (the time the server
-   takes for a CloseTime range is its own: the dev server's SQLite visibility scans the
-   whole namespace for one, bench/RESULTS.md);
+2. sweep the runs that closed in [lo, hi) (every closed run: its start, and its close
+   unless it continued as new; `TemporalReader.closed_between` walks visibility newest
+   close first and stops at `lo`) and `ExecutionStatus = 'Running' AND StartTime in
+   [lo, hi)` (runs that started). A pass reads a window, so its cost follows the traffic
+   of that window, never the namespace's closed history;
 3. on a describe pass (the first, `--once`, then every `describe_every` seconds), describe
    each workflow whose unit the projection still holds and that visibility does not list
    as running (describe is strongly consistent): a close visibility indexed outside every
