@@ -17,6 +17,18 @@ EPOCH = dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.UTC)
 EVIDENCE = "https://ci.example/runs/1"
 
 
+def event(workflow_id: str, kind: str, event_id: int, **detail: object) -> WorkflowEvent:
+    """One event of run `run-1`, `event_id` seconds after EPOCH."""
+    return WorkflowEvent(
+        workflow_id,
+        kind,
+        EPOCH + dt.timedelta(seconds=event_id),
+        run_id="run-1",
+        event_id=event_id,
+        detail=dict(detail),
+    )
+
+
 async def register_workflows(ledger: Ledger, *workflow_ids: str) -> None:
     """Register one unit per workflow id (external_ref `unit-<workflow_id>`)."""
     units = [NewUnit(f"unit-{w}", "fleet-a", "orders", workflow_id=w) for w in workflow_ids]

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-from projection_streams import EPOCH, EVIDENCE, OPERATOR, Stream, register_workflows
+from projection_streams import EPOCH, EVIDENCE, OPERATOR, Stream, event, register_workflows
 
 from work_ledger.db.connect import create_pool
 from work_ledger.db.store import Store
@@ -22,17 +22,6 @@ from work_ledger.temporal.ingest import (
     WorkflowEvent,
 )
 from work_ledger.temporal.lifecycle import source_event_id
-
-
-def _event(workflow_id: str, kind: str, event_id: int, **detail: object) -> WorkflowEvent:
-    return WorkflowEvent(
-        workflow_id,
-        kind,
-        EPOCH + dt.timedelta(seconds=event_id),
-        run_id="run-1",
-        event_id=event_id,
-        detail=dict(detail),
-    )
 
 
 async def _state(ledger: Ledger, workflow_id: str) -> tuple[State, Disposition | None, int]:
@@ -48,7 +37,7 @@ async def test_started_claims_and_starts_as_the_workflow(
 ) -> None:
     """started on a ready unit: claimed by temporal:<workflow_id>, then in_progress."""
     await register_workflows(ledger, "wf-1")
-    report = await projector.project([_event("wf-1", "started", 1)])
+    report = await projector.project([event("wf-1", "started", 1)])
     unit = (await ledger.get_unit("unit-wf-1")).unit
     assert (report.count(EventOutcome.APPLIED), unit.state, unit.claimed_by) == (
         1,
@@ -62,7 +51,7 @@ async def test_workflow_claim_outlasts_pull_next_of_other_agents(
 ) -> None:
     """The workflow's lease is the ledger's longest: a day, not the agents' default."""
     await register_workflows(ledger, "wf-1")
-    await projector.project([_event("wf-1", "started", 1)])
+    await projector.project([event("wf-1", "started", 1)])
     unit = (await ledger.get_unit("unit-wf-1")).unit
     assert unit.lease_expires_at is not None
     assert unit.lease_expires_at - unit.updated_at >= dt.timedelta(hours=23)
@@ -75,7 +64,7 @@ async def test_completed_verifies_with_the_evidence_link(
     """completed: in_progress → verified, the link recorded on the unit and its attempt."""
     await register_workflows(ledger, "wf-1")
     await projector.project(
-        [_event("wf-1", "started", 1), _event("wf-1", "completed", 9, evidence_url=EVIDENCE)]
+        [event("wf-1", "started", 1), event("wf-1", "completed", 9, evidence_url=EVIDENCE)]
     )
     detail = await ledger.get_unit("unit-wf-1")
     assert (detail.unit.state, detail.unit.evidence_urls, detail.attempts[0].outcome) == (
@@ -91,7 +80,7 @@ async def test_failure_releases_the_unit_for_another_attempt(
 ) -> None:
     """failed / timed_out: back to ready, the attempt ends failed."""
     await register_workflows(ledger, "wf-1")
-    await projector.project([_event("wf-1", "started", 1), _event("wf-1", kind, 9)])
+    await projector.project([event("wf-1", "started", 1), event("wf-1", kind, 9)])
     detail = await ledger.get_unit("unit-wf-1")
     assert (detail.unit.state, detail.attempts[0].outcome) == (State.READY, Outcome.FAILED)
 
@@ -102,7 +91,7 @@ async def test_cancellation_defers_a_running_unit(
 ) -> None:
     """cancelled / terminated of a running unit: released (abandoned), then DEFERRED."""
     await register_workflows(ledger, "wf-1")
-    await projector.project([_event("wf-1", "started", 1), _event("wf-1", kind, 9)])
+    await projector.project([event("wf-1", "started", 1), event("wf-1", kind, 9)])
     detail = await ledger.get_unit("unit-wf-1")
     assert (detail.unit.state, detail.unit.disposition, detail.attempts[0].outcome) == (
         State.ABANDONED,
@@ -114,9 +103,9 @@ async def test_cancellation_defers_a_running_unit(
 async def test_cancellation_defers_a_blocked_unit(ledger: Ledger, projector: Projector) -> None:
     """cancelled of a unit blocked on a question: DEFERRED, the question cancelled."""
     await register_workflows(ledger, "wf-1")
-    await projector.project([_event("wf-1", "started", 1)])
+    await projector.project([event("wf-1", "started", 1)])
     await ledger.block("unit-wf-1", OPERATOR, "which currency?")
-    await projector.project([_event("wf-1", "cancelled", 9)])
+    await projector.project([event("wf-1", "cancelled", 9)])
     detail = await ledger.get_unit("unit-wf-1")
     assert (detail.unit.disposition, str(detail.questions[0].status)) == (
         Disposition.DEFERRED,
@@ -127,10 +116,10 @@ async def test_cancellation_defers_a_blocked_unit(ledger: Ledger, projector: Pro
 async def test_progressed_extends_the_lease(ledger: Ledger, projector: Projector) -> None:
     """progressed on an in_progress unit is a heartbeat: the lease moves forward."""
     await register_workflows(ledger, "wf-1")
-    await projector.project([_event("wf-1", "started", 1)])
+    await projector.project([event("wf-1", "started", 1)])
     before = (await ledger.get_unit("unit-wf-1")).unit.lease_expires_at
     await asyncio.sleep(0.01)
-    await projector.project([_event("wf-1", "progressed", 5)])
+    await projector.project([event("wf-1", "progressed", 5)])
     after = (await ledger.get_unit("unit-wf-1")).unit.lease_expires_at
     assert before is not None
     assert after is not None
@@ -142,7 +131,7 @@ async def test_completed_on_a_ready_unit_drives_it_through_every_step(
 ) -> None:
     """A completed event arriving first still walks claim → start → verify, one event each."""
     await register_workflows(ledger, "wf-1")
-    await projector.project([_event("wf-1", "completed", 9, evidence_url=EVIDENCE)])
+    await projector.project([event("wf-1", "completed", 9, evidence_url=EVIDENCE)])
     rows = await raw.fetch(
         "SELECT event_type::text, to_state::text FROM work_unit_events ORDER BY id"
     )
@@ -164,7 +153,7 @@ async def test_refused_event_is_recorded_and_counted(
     """started on a unit held by a human agent: refused, recorded with the rule, unit untouched."""
     await register_workflows(ledger, "wf-1")
     await ledger.claim_named("unit-wf-1", "agent-7")
-    report = await projector.project([_event("wf-1", "started", 1)])
+    report = await projector.project([event("wf-1", "started", 1)])
     detail = await raw.fetchval(
         "SELECT detail FROM work_unit_events WHERE event_type = 'projected'"
     )
@@ -186,10 +175,10 @@ async def test_refused_multi_step_event_leaves_no_partial_step(
 ) -> None:
     """completed on a blocked unit is refused as a whole: nothing of it remains."""
     await register_workflows(ledger, "wf-1")
-    await projector.project([_event("wf-1", "started", 1)])
+    await projector.project([event("wf-1", "started", 1)])
     await ledger.block("unit-wf-1", OPERATOR, "which currency?")
     before = await ledger.get_unit("unit-wf-1")
-    report = await projector.project([_event("wf-1", "completed", 9, evidence_url=EVIDENCE)])
+    report = await projector.project([event("wf-1", "completed", 9, evidence_url=EVIDENCE)])
     after = await ledger.get_unit("unit-wf-1")
     assert report.results[0].outcome is EventOutcome.REFUSED
     assert (after.unit.state, after.attempts) == (before.unit.state, before.attempts)
@@ -200,7 +189,7 @@ async def test_older_event_never_moves_the_unit_back(ledger: Ledger, projector: 
     """started delivered after completed is recorded as stale; the unit stays verified."""
     await register_workflows(ledger, "wf-1")
     late = await projector.project(
-        [_event("wf-1", "completed", 9, evidence_url=EVIDENCE), _event("wf-1", "started", 1)]
+        [event("wf-1", "completed", 9, evidence_url=EVIDENCE), event("wf-1", "started", 1)]
     )
     assert [r.outcome for r in late.results] == [EventOutcome.APPLIED, EventOutcome.STALE]
     assert await _state(ledger, "wf-1") == (State.VERIFIED, None, 1)
@@ -211,7 +200,7 @@ async def test_event_id_orders_events_of_the_same_instant(
 ) -> None:
     """Same occurred_at: the lower event id of the run is the older one, hence stale."""
     await register_workflows(ledger, "wf-1")
-    done = _event("wf-1", "completed", 9, evidence_url=EVIDENCE)
+    done = event("wf-1", "completed", 9, evidence_url=EVIDENCE)
     start = WorkflowEvent("wf-1", "started", done.occurred_at, run_id="run-1", event_id=1)
     report = await projector.project([done, start])
     assert [r.outcome for r in report.results] == [EventOutcome.APPLIED, EventOutcome.STALE]
@@ -221,9 +210,9 @@ async def test_unknown_workflow_is_reported_not_recorded(
     ledger: Ledger, projector: Projector, raw: asyncpg.Connection
 ) -> None:
     """An event of a workflow no unit carries is counted unmatched and applies once registered."""
-    first = await projector.project([_event("wf-9", "started", 1)])
+    first = await projector.project([event("wf-9", "started", 1)])
     await register_workflows(ledger, "wf-9")
-    second = await projector.project([_event("wf-9", "started", 1)])
+    second = await projector.project([event("wf-9", "started", 1)])
     assert (first.count(EventOutcome.UNMATCHED), second.count(EventOutcome.APPLIED)) == (1, 1)
     assert (
         await raw.fetchval(
@@ -239,7 +228,7 @@ async def test_malformed_batch_writes_nothing(
     """One completed event without evidence refuses the whole batch with a 422, nothing written."""
     await register_workflows(ledger, "wf-1")
     with pytest.raises(InvalidInput, match="evidence_url"):
-        await projector.project([_event("wf-1", "started", 1), _event("wf-1", "completed", 9)])
+        await projector.project([event("wf-1", "started", 1), event("wf-1", "completed", 9)])
     assert await raw.fetchval("SELECT count(*) FROM work_unit_events") == 1
 
 
@@ -411,7 +400,7 @@ async def test_operator_release_is_followed_by_the_workflow_claiming_again(
 ) -> None:
     """A unit released by hand while its workflow runs is claimed again on its next progress."""
     await register_workflows(ledger, "wf-1")
-    await projector.project([_event("wf-1", "started", 1)])
+    await projector.project([event("wf-1", "started", 1)])
     await ledger.release("unit-wf-1", Actor("operator", privileged=True))
-    await projector.project([_event("wf-1", "progressed", 5)])
+    await projector.project([event("wf-1", "progressed", 5)])
     assert await _state(ledger, "wf-1") == (State.IN_PROGRESS, None, 2)

@@ -4,25 +4,13 @@ in the order given, and a refused step still leaves nothing of itself behind."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 
 import asyncpg
-from projection_streams import EPOCH, EVIDENCE, OPERATOR, register_workflows
+from projection_streams import EVIDENCE, OPERATOR, event, register_workflows
 
 from work_ledger.domain import State
 from work_ledger.service import Ledger
-from work_ledger.temporal.ingest import EventOutcome, Projector, WorkflowEvent
-
-
-def _event(workflow_id: str, kind: str, event_id: int, **detail: object) -> WorkflowEvent:
-    return WorkflowEvent(
-        workflow_id,
-        kind,
-        EPOCH + dt.timedelta(seconds=event_id),
-        run_id="run-1",
-        event_id=event_id,
-        detail=dict(detail),
-    )
+from work_ledger.temporal.ingest import EventOutcome, Projector
 
 
 async def _state(ledger: Ledger, workflow_id: str) -> State:
@@ -38,9 +26,9 @@ async def test_a_locked_unit_does_not_hold_back_the_other_units_of_its_batch(
     others = ["side-a", "side-b", "side-c"]
     await register_workflows(ledger, "side-held", *others)
     events = [
-        _event("side-held", "started", 1),
-        _event("side-held", "completed", 2, evidence_url=EVIDENCE),
-        *(_event(w, "started", 1) for w in others),
+        event("side-held", "started", 1),
+        event("side-held", "completed", 2, evidence_url=EVIDENCE),
+        *(event(w, "started", 1) for w in others),
     ]
     holding = raw.transaction()
     await holding.start()
@@ -70,13 +58,13 @@ async def test_a_refused_event_beside_applied_units_is_recorded_once(
     rolls back, and the event goes again with one): the refusal is recorded once, the
     unit and its attempts stay as they were, and the unit beside it in the batch applies."""
     await register_workflows(ledger, "side-ok", "side-refused")
-    await projector.project([_event("side-refused", "started", 1)])
+    await projector.project([event("side-refused", "started", 1)])
     await ledger.block("unit-side-refused", OPERATOR, "which region?")
     before = await ledger.get_unit("unit-side-refused")
     report = await projector.project(
         [
-            _event("side-refused", "completed", 2, evidence_url=EVIDENCE),
-            _event("side-ok", "completed", 2, evidence_url=EVIDENCE),
+            event("side-refused", "completed", 2, evidence_url=EVIDENCE),
+            event("side-ok", "completed", 2, evidence_url=EVIDENCE),
         ]
     )
     assert [r.outcome for r in report.results] == [EventOutcome.REFUSED, EventOutcome.APPLIED]
