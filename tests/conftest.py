@@ -19,6 +19,7 @@ import pytest
 
 from work_ledger.db.connect import connect, create_pool, ensure_database, with_database
 from work_ledger.db.embedded import embedded_server_url
+from work_ledger.db.pool import Pool
 from work_ledger.db.store import Store
 from work_ledger.runtime import migrate_database
 from work_ledger.service import Ledger
@@ -62,14 +63,14 @@ async def database_url(server_url: str, template_name: str) -> AsyncIterator[str
 
 
 @pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+async def pool(database_url: str) -> AsyncIterator[Pool]:
     pool = await create_pool(database_url, min_size=1, max_size=8)
     yield pool
     await pool.close()
 
 
 @pytest.fixture
-async def ledger(pool: asyncpg.Pool) -> Ledger:
+async def ledger(pool: Pool) -> Ledger:
     return Ledger(Store(pool), lease_seconds=60)
 
 

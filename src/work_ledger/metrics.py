@@ -37,6 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from work_ledger.db.pool import Pool
 from work_ledger.errors import WorkLedgerError
 from work_ledger.readside import GaugeSnapshot, read_gauges
 
@@ -150,7 +151,7 @@ class LedgerMetrics:
         self._lock = asyncio.Lock()
         self.registry.register(_ViewCollector(self))
 
-    async def refresh(self, conn: asyncpg.Pool | asyncpg.Connection) -> None:
+    async def refresh(self, conn: Pool | asyncpg.Connection) -> None:
         """Re-read the views unless the snapshot is fresh; concurrent scrapes share a read."""
         if time.monotonic() - self._taken_at < self.cache_seconds:
             return

@@ -24,6 +24,7 @@ import asyncpg
 
 from work_ledger.config import Settings
 from work_ledger.db.connect import SERVER_SETTINGS, connect, create_pool, resolve_database_url
+from work_ledger.db.pool import Pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import translated_errors
 from work_ledger.errors import Forbidden, InvalidInput, Unavailable
@@ -42,7 +43,7 @@ SCRAM_ITERATIONS = 4096
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 # Anything with fetch/fetchrow/execute: a pool or a connection.
-Conn = asyncpg.Pool | asyncpg.Connection
+Conn = Pool | asyncpg.Connection
 
 
 @asynccontextmanager
@@ -79,7 +80,7 @@ async def connect_reader(settings: Settings) -> asyncpg.Connection:
 
 
 @asynccontextmanager
-async def read_pool(settings: Settings, primary: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
+async def read_pool(settings: Settings, primary: Pool) -> AsyncIterator[Pool]:
     """The pool /metrics reads its views from: a small read-only one on
     WL_READ_DATABASE_URL when set, else `primary`. Opened lazily, so a standby that is
     down at start delays no write."""

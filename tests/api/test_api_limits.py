@@ -14,6 +14,7 @@ from api_support import SECRET, Api, MakeApi, assert_problem
 from work_ledger.api.connection import Limits
 from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.auth import Role, TokenStore
+from work_ledger.db.pool import Pool
 from work_ledger.db.store import Store
 from work_ledger.errors import Unauthorized
 
@@ -117,7 +118,7 @@ async def test_failed_authentication_is_limited_per_client(make_api: MakeApi) ->
 class _Counted:
     """The app's pool, recording each statement sent through it (to count round trips)."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.sent: list[str] = []
 
@@ -134,7 +135,7 @@ async def test_unknown_prefixes_cost_no_lookup_of_their_own(api: Api) -> None:
     """200 tokens with unknown prefixes at once: no per-token lookup, a shared reload or
     two; a token minted afterwards by another process is still found at once."""
     counted = _Counted(api.tokens.store.pool)
-    tokens = TokenStore(Store(cast(asyncpg.Pool, counted)), SECRET.encode())
+    tokens = TokenStore(Store(cast(Pool, counted)), SECRET.encode())
     wrong = [f"wl_{n:08x}_{'z' * 40}" for n in range(200)]
     results = await asyncio.gather(*(tokens.verify(t) for t in wrong), return_exceptions=True)
     assert all(isinstance(r, Unauthorized) for r in results)

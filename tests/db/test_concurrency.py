@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 from work_ledger.db.connect import create_pool
+from work_ledger.db.pool import Pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import Store
 from work_ledger.domain import Actor, Claim, NewUnit, State
@@ -211,7 +212,7 @@ async def test_claim_same_agent_four_times_at_once_gets_one_unit(ledgers: list[L
     assert await ledgers[0].audit() == []
 
 
-async def _until_a_statement_waits_for_a_lock(pool: asyncpg.Pool) -> None:
+async def _until_a_statement_waits_for_a_lock(pool: Pool) -> None:
     for _ in range(400):
         waiting = await pool.fetchval(
             "SELECT count(*) FROM pg_stat_activity"
@@ -225,7 +226,7 @@ async def _until_a_statement_waits_for_a_lock(pool: asyncpg.Pool) -> None:
 
 @pytest.mark.parametrize("round_no", range(3))
 async def test_fenced_start_waiting_on_a_stale_reclaim_is_refused_when_it_commits(
-    ledger: Ledger, raw: asyncpg.Connection, pool: asyncpg.Pool, round_no: int
+    ledger: Ledger, raw: asyncpg.Connection, pool: Pool, round_no: int
 ) -> None:
     """A privileged start fenced by the old attempt, queued behind the reclaim that supersedes
     it, re-checks the unit's new row and refuses; the new holder keeps its claim."""

@@ -1,8 +1,14 @@
-"""The serving pool: one statement is one round trip, including giving the connection back."""
+"""The serving pool: one statement is one round trip, including giving the connection back,
+and a connection comes back only in a state the next caller can use."""
+
+import asyncio
+from collections.abc import Callable
 
 import asyncpg
+import pytest
 
 from work_ledger.db.connect import create_pool
+from work_ledger.db.pool import Pool
 
 
 async def test_returning_a_connection_sends_nothing(
@@ -33,3 +39,118 @@ async def test_a_transaction_left_open_is_still_rolled_back(
         assert await raw.fetchval("SELECT to_regclass('left_open')") is None
     finally:
         await pool.close()
+
+
+async def _pool_of_one(database_url: str) -> Pool:
+    return await create_pool(database_url, min_size=1, max_size=1)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(3000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the condition never held")
+
+
+async def test_a_full_pool_serves_its_waiters_in_arrival_order(database_url: str) -> None:
+    pool = await _pool_of_one(database_url)
+    try:
+        held = await pool.acquire()
+        served: list[int] = []
+
+        async def wait_then_run(n: int) -> int:
+            async with pool.acquire() as conn:
+                served.append(n)
+                pid: int = await conn.fetchval("SELECT pg_backend_pid()")
+                return pid
+
+        waiters = []
+        for n in range(3):
+            waiters.append(asyncio.create_task(wait_then_run(n)))
+            await asyncio.sleep(0)  # each queues before the next starts
+        assert served == []  # none got past the held connection
+        await pool.release(held)
+        pids = await asyncio.gather(*waiters)
+        assert served == [0, 1, 2]
+        assert len(set(pids)) == 1
+        assert pool.get_size() == 1
+    finally:
+        await pool.close()
+
+
+async def test_a_cancelled_statement_takes_its_connection_with_it(
+    database_url: str, raw: asyncpg.Connection
+) -> None:
+    """A statement cancelled mid-flight leaves its connection mid-protocol: the pool
+    terminates it, and the next statement gets a fresh connection in its place."""
+    pool = await _pool_of_one(database_url)
+    try:
+        first = await pool.fetchval("SELECT pg_backend_pid()")
+        sleeping = asyncio.create_task(pool.fetchval("SELECT pg_sleep(5)"))
+        query = "SELECT state FROM pg_stat_activity WHERE pid = $1"
+        for _ in range(3000):
+            if await raw.fetchval(query, first) == "active":
+                break
+            await asyncio.sleep(0.01)
+        sleeping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sleeping
+        second = await pool.fetchval("SELECT pg_backend_pid()")
+        assert second != first
+        assert pool.get_size() == 1
+    finally:
+        await pool.close()
+
+
+async def test_a_connection_killed_while_idle_is_never_handed_out(
+    database_url: str, raw: asyncpg.Connection
+) -> None:
+    pool = await _pool_of_one(database_url)
+    try:
+        first = await pool.fetchval("SELECT pg_backend_pid()")
+        assert await raw.fetchval("SELECT pg_terminate_backend($1)", first)
+        idle = pool._idle[0]
+        await _until(idle.is_closed)  # the client has seen the server close it
+        second = await pool.fetchval("SELECT pg_backend_pid()")  # no error: a new one
+        assert second != first
+        assert pool.get_size() == 1
+    finally:
+        await pool.close()
+
+
+async def test_a_waiter_cancelled_as_it_is_handed_a_connection_passes_it_on(
+    database_url: str,
+) -> None:
+    pool = await _pool_of_one(database_url)
+    try:
+        held = await pool.acquire()
+        first = asyncio.create_task(pool.fetchval("SELECT 1"))
+        await asyncio.sleep(0)
+        second = asyncio.create_task(pool.fetchval("SELECT 2"))
+        await asyncio.sleep(0)
+        await pool.release(held)  # handed to the first waiter...
+        first.cancel()  # ...which is cancelled before it runs
+        async with asyncio.timeout(60):  # without the hand-over it would wait for ever
+            assert await second == 2
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert pool.get_size() == 1
+        assert pool.get_idle_size() == 1
+    finally:
+        await pool.close()
+
+
+async def test_a_closed_pool_refuses_its_waiters_and_new_callers(database_url: str) -> None:
+    pool = await _pool_of_one(database_url)
+    held = await pool.acquire()
+    waiting = asyncio.create_task(pool.fetchval("SELECT 1"))
+    await asyncio.sleep(0)
+    await pool.close()
+    with pytest.raises(asyncpg.InterfaceError):
+        await waiting
+    with pytest.raises(asyncpg.InterfaceError):
+        await pool.fetchval("SELECT 1")
+    await pool.release(held)  # given back after the close: closed, not kept
+    assert held.is_closed()
+    assert pool.get_size() == 0

@@ -8,14 +8,13 @@ import hmac
 import asyncpg
 
 from work_ledger.auth import Role, TokenStore
+from work_ledger.db.pool import Pool
 from work_ledger.db.store import Store
 
 SECRET = b"s" * 32
 
 
-async def test_the_database_keeps_only_the_tokens_hmac(
-    pool: asyncpg.Pool, raw: asyncpg.Connection
-) -> None:
+async def test_the_database_keeps_only_the_tokens_hmac(pool: Pool, raw: asyncpg.Connection) -> None:
     """The token's row holds its prefix and HMAC-SHA256(secret, token), not its secret part."""
     token, info = await TokenStore(Store(pool), SECRET).create(Role.OPERATOR, "op")
     row = await raw.fetchrow("SELECT * FROM wl_api_tokens WHERE prefix = $1", info.prefix)

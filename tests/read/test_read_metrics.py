@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from served_app import app_running, settings_for
 from work_ledger.auth import Role
+from work_ledger.db.pool import Pool
 from work_ledger.domain import Actor, NewUnit
 from work_ledger.metrics import LedgerMetrics
 from work_ledger.service import Ledger
@@ -70,7 +71,7 @@ async def _agent(app: FastAPI, client: httpx.AsyncClient, name: str) -> dict[str
 
 
 async def test_metrics_module_gauges_match_the_views(
-    seeded: Ledger, pool: asyncpg.Pool, raw: asyncpg.Connection
+    seeded: Ledger, pool: Pool, raw: asyncpg.Connection
 ) -> None:
     """Straight from the module: queue depth, stalls, claims and reclaims as the views say."""
     metrics = LedgerMetrics()

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from work_ledger.cli import app
 from work_ledger.db.connect import ensure_database, with_database
 from work_ledger.db.migrate import apply_migrations, load_migrations
+from work_ledger.db.pool import Pool
 from work_ledger.domain import Actor, NewUnit
 from work_ledger.metrics import LedgerMetrics
 from work_ledger.readside import grant_reader
@@ -115,7 +116,7 @@ async def test_question_wait_by_group_domain_and_total(
 
 
 async def test_metrics_gauge_open_questions_and_oldest_age_by_group(
-    ledger: Ledger, pool: asyncpg.Pool, raw: asyncpg.Connection
+    ledger: Ledger, pool: Pool, raw: asyncpg.Connection
 ) -> None:
     """work_ledger_open_questions and work_ledger_oldest_open_question_seconds per group."""
     first, second = await _unit(ledger, "a", "orders"), await _unit(ledger, "b", "orders")

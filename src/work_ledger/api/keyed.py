@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import asyncpg
 from fastapi import Response
 
 from work_ledger.api import problems
+from work_ledger.db.pool import Pool
 from work_ledger.db.store import Store, translated_errors
 from work_ledger.domain import Claim
 from work_ledger.errors import WorkLedgerError
@@ -25,19 +26,15 @@ from work_ledger.idempotency import IdempotencyStore, Outcome
 from work_ledger.service import Ledger
 
 if TYPE_CHECKING:
-    from asyncpg.pool import PoolConnectionProxy
     from asyncpg.transaction import Transaction
 
 REPLAYED_HEADER = "Idempotent-Replayed"
-# A string: PoolConnectionProxy is generic in the stubs only, not at runtime.
-Connection: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[asyncpg.Record]"
-Pooled: TypeAlias = "PoolConnectionProxy[asyncpg.Record]"
 
 
 class _OnConnection:
     """What Store needs of a pool (fetch, fetchrow), on one connection in a transaction."""
 
-    def __init__(self, conn: Connection, *, savepoints: bool) -> None:
+    def __init__(self, conn: asyncpg.Connection, *, savepoints: bool) -> None:
         self.conn = conn
         self.savepoints = savepoints
 
@@ -54,16 +51,16 @@ class _OnConnection:
             return await self.conn.fetchrow(query, *args)
 
 
-def on(conn: Connection, *, savepoints: bool = False) -> asyncpg.Pool:
+def on(conn: asyncpg.Connection, *, savepoints: bool = False) -> Pool:
     # Store only calls fetch and fetchrow; this stands in for its pool.
-    return cast(asyncpg.Pool, _OnConnection(conn, savepoints=savepoints))
+    return cast(Pool, _OnConnection(conn, savepoints=savepoints))
 
 
-def keys_on(conn: Connection) -> IdempotencyStore:
+def keys_on(conn: asyncpg.Connection) -> IdempotencyStore:
     return IdempotencyStore(Store(on(conn)))
 
 
-def bound_ledger(base: Ledger, conn: Connection) -> Ledger:
+def bound_ledger(base: Ledger, conn: asyncpg.Connection) -> Ledger:
     """The app's ledger, running its statements on `conn`, each in a savepoint (the
     service may look again after a refused statement)."""
     bound = copy.copy(base)
@@ -109,7 +106,7 @@ class ClaimLooks:
 
     def __init__(self, base: Ledger, scope: str, key: str, digest: bytes) -> None:
         self.base, self.scope, self.key, self.digest = base, scope, key, digest
-        self._open: tuple[Pooled, Transaction] | None = None
+        self._open: tuple[asyncpg.Connection, Transaction] | None = None
 
     def ledger(self) -> Ledger:
         """The ledger the route sees: its `claim` is one keyed look."""
@@ -176,7 +173,7 @@ class ClaimLooks:
             await _end(self.base.store.pool, conn, tx)
 
 
-async def _end(pool: asyncpg.Pool, conn: Pooled, tx: Transaction) -> None:
+async def _end(pool: Pool, conn: asyncpg.Connection, tx: Transaction) -> None:
     """Roll back (a no-op after a commit) and give the connection back; a dead connection
     has rolled back already, and the pool drops it."""
     with contextlib.suppress(Exception):

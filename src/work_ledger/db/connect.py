@@ -10,6 +10,7 @@ import asyncpg
 
 from work_ledger.config import DEFAULT_STATEMENT_TIMEOUT, Settings
 from work_ledger.db.embedded import DATABASE_NAME, embedded_server_url
+from work_ledger.db.pool import Pool
 
 # Every connection talks UTC and names itself in pg_stat_activity.
 SERVER_SETTINGS = {"timezone": "UTC", "application_name": "work-ledger"}
@@ -60,17 +61,6 @@ async def connect(
     return conn
 
 
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Nothing to undo when a pooled connection comes back.
-
-    asyncpg's default reset sends `SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
-    RESET ALL` on every release: a second round trip for every one-statement operation.
-    Pooled connections never take session state (no SET, LISTEN, advisory lock or cursor:
-    the listener and the migrator have connections of their own), and asyncpg still rolls
-    back a transaction left open before calling this.
-    """
-
-
 # A hung server or network must turn into an error the caller can act on (503), not a
 # connection attempt that never ends.
 CONNECT_TIMEOUT_SECONDS = 10.0
@@ -83,16 +73,21 @@ async def create_pool(
     max_size: int = 10,
     statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
     server_settings: dict[str, str] = SERVER_SETTINGS,
-) -> asyncpg.Pool:
-    pool = await asyncpg.create_pool(
-        url,
-        min_size=min_size,
-        max_size=max_size,
-        server_settings=server_settings,
-        init=_init_connection,
-        reset=_keep_session,
-        timeout=CONNECT_TIMEOUT_SECONDS,
-        command_timeout=statement_timeout,
-    )
-    assert pool is not None
-    return pool
+) -> Pool:
+    """A pool of connections set up as `connect` sets one up; `min_size` opened now."""
+
+    async def opened() -> asyncpg.Connection:
+        conn = await asyncpg.connect(
+            url,
+            server_settings=server_settings,
+            timeout=CONNECT_TIMEOUT_SECONDS,
+            command_timeout=statement_timeout,
+        )
+        try:
+            await _init_connection(conn)
+        except BaseException:
+            conn.terminate()
+            raise
+        return conn
+
+    return await Pool(opened, min_size=min_size, max_size=max_size).open()

@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 
+from work_ledger.db.pool import Pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.errors import InvalidInput, InvariantViolation, Unavailable
 
@@ -72,9 +73,9 @@ class Store:
     transaction decides.
     """
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
-        self.attempts = 4 if isinstance(pool, asyncpg.Pool) else 1
+        self.attempts = 4 if isinstance(pool, Pool) else 1
 
     async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
         async with translated_errors():

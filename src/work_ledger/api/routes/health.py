@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 from fastapi import APIRouter, Request
 
 from work_ledger.api import problems
 from work_ledger.api.schemas import Health
+from work_ledger.db.pool import Pool
 from work_ledger.errors import Unavailable
 
 router = APIRouter(tags=["health"])
@@ -21,7 +21,7 @@ async def healthz() -> Health:
     return Health(status="ok")
 
 
-async def _select_one(pool: asyncpg.Pool) -> None:
+async def _select_one(pool: Pool) -> None:
     async with pool.acquire() as conn:
         await conn.fetchval("SELECT 1")
 
