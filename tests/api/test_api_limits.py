@@ -77,6 +77,22 @@ async def test_stalled_connections_are_closed(make_api: MakeApi) -> None:
         assert (await client.get("/healthz")).status_code == 200
 
 
+async def test_half_a_header_after_an_answer_is_closed(make_api: MakeApi) -> None:
+    """The head deadline runs again from each response: a kept-alive connection that then
+    sends half a header is closed as well."""
+    api = await make_api(limits=SHORT)
+    reader, writer = await _connect(api.url)
+    # Half the deadline in, so that the deadline moves past the one set at connecting.
+    await asyncio.sleep(SHORT.head_seconds / 2)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    rest = await _answer(reader)  # the first answer's body, then the server's close
+    writer.close()
+    assert b"HTTP/1.1" not in rest
+
+
 async def test_a_long_poll_outlives_the_header_deadline(make_api: MakeApi) -> None:
     """The read deadlines bound reading a request, not answering one."""
     api = await make_api(limits=SHORT)

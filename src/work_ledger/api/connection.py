@@ -70,14 +70,21 @@ class LimitedProtocol(HttpToolsProtocol):
         self._head_done = False  # the current request's line and headers are all in
         self._head_bytes = 0  # received before the head was complete
         self._refused = False
-        self._deadline: asyncio.TimerHandle | None = None
+        # The current deadline (loop time, None when disarmed) and the one timer that
+        # checks it: see `_arm`.
+        self._deadline: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm(self.limits.head_seconds)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._deadline = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -120,16 +127,30 @@ class LimitedProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def _arm(self, seconds: float) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(seconds, self._expired)
+        """Move the deadline to `seconds` from now. It moves three times per request, and
+        a timer set and cancelled each time cost more than parsing the request's headers:
+        so one timer is kept, set for the deadline or earlier, and when it fires early it
+        is set again for the deadline as it then stands."""
+        self._deadline = deadline = self.loop.time() + seconds
+        if self._timer is None or deadline < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._set_timer(deadline)
 
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+    def _set_timer(self, at: float) -> None:
+        self._timer, self._timer_at = self.loop.call_at(at, self._due), at
+
+    def _due(self) -> None:
+        self._timer = None
+        if self._deadline is None:
+            return
+        if self.loop.time() < self._deadline:
+            self._set_timer(self._deadline)
+            return
+        self._deadline = None
+        self._expired()
 
     def _expired(self) -> None:
-        self._deadline = None
         busy = self.cycle is not None and not self.cycle.response_complete
         if self._head_done or self._refused or not busy:
             # Reading a body too slowly, or no whole request yet on an idle connection.
