@@ -8,7 +8,7 @@ statement, put the connection back, all within one await. What is kept:
 
 - at most `max_size` connections, opened on demand (`min_size` at `open()`), each set up
   by `connect`; the most recently used is handed out first (its backend is warm);
-- waiters are served in arrival order;
+- waiters are woken in arrival order;
 - a connection goes back only in a known state: a transaction left open is rolled back,
   and a connection that raised anything but a PostgreSQL error (a cancelled or timed-out
   statement, a broken socket) may be mid-protocol, so it is terminated and its place
@@ -44,14 +44,17 @@ class Pool:
         self._max_size = max_size
         self._size = 0  # open connections, idle or checked out, plus those being opened
         self._idle: list[Connection] = []
-        # A waiter's future gets a connection, or None: a place came free, open one.
-        self._waiters: collections.deque[asyncio.Future[Connection | None]] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed = False
 
     async def open(self) -> Pool:
         for _ in range(self._min_size - self._size):
             self._size += 1
-            self._idle.append(await self._open_one())
+            try:
+                self._idle.append(await self._connect())
+            except BaseException:
+                self._size -= 1
+                raise
         return self
 
     # -- checkout ---------------------------------------------------------------------
@@ -62,6 +65,7 @@ class Pool:
         return _Checkout(self)
 
     async def _take(self) -> Connection:
+        woken = False
         while True:
             if self._closed:
                 raise asyncpg.InterfaceError("the pool is closed")
@@ -69,31 +73,24 @@ class Pool:
                 conn = self._idle.pop()
                 if not conn.is_closed():
                     return conn
-                self._size -= 1
+                self._size -= 1  # it died idle
             if self._size < self._max_size:
                 self._size += 1
-                return await self._open_one()
-            waiter: asyncio.Future[Connection | None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
+                try:
+                    return await self._connect()
+                except BaseException:
+                    self._freed()
+                    raise
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            # Woken but beaten to it: first in line again.
+            (self._waiters.appendleft if woken else self._waiters.append)(waiter)
             try:
-                given = await waiter
+                await waiter
             except BaseException:
                 if waiter.done() and not waiter.cancelled():
-                    self._hand_on(waiter.result())  # given to us as we were cancelled
+                    self._wake()  # woken as we were cancelled: the next waiter looks
                 raise
-            if given is None:  # a place came free and is ours: open a connection in it
-                return await self._open_one()
-            if not given.is_closed():
-                return given
-            self._size -= 1  # it died idle: look again
-
-    async def _open_one(self) -> Connection:
-        """A new connection, in a place already counted in the size."""
-        try:
-            return await self._connect()
-        except BaseException:
-            self._freed()
-            raise
+            woken = True
 
     async def release(self, conn: Connection) -> None:
         """Give `conn` back; a transaction left open is rolled back first."""
@@ -103,33 +100,34 @@ class Pool:
             except BaseException:
                 self._discard(conn)
                 raise
-        self._hand_on(conn)
+        self._give_back(conn)
 
-    def _hand_on(self, conn: Connection | None) -> None:
-        """Give `conn` (or, for None, a free place) to the first waiter still waiting."""
-        if conn is not None and (self._closed or conn.is_closed() or conn.is_in_transaction()):
+    def _give_back(self, conn: Connection) -> None:
+        if self._closed or conn.is_closed() or conn.is_in_transaction():
             self._discard(conn)
             return
+        self._idle.append(conn)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Wake the first waiter to look again. Whoever runs first takes the connection
+        (as with asyncio.Queue): handing it to the waiter instead would leave it idle
+        until the waiter's turn in the loop, which under load costs more than it is fair."""
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_result(conn)
+                waiter.set_result(None)
                 return
-        if conn is not None:
-            self._idle.append(conn)
-        else:
-            self._size -= 1
 
     def _discard(self, conn: Connection) -> None:
         conn.terminate()
         self._freed()
 
     def _freed(self) -> None:
-        """A place came free: the first waiter gets it (and opens a connection)."""
-        if self._closed:
-            self._size -= 1
-        else:
-            self._hand_on(None)
+        """A place came free: a waiter may open a connection in it."""
+        self._size -= 1
+        if not self._closed:
+            self._wake()
 
     # -- one statement ----------------------------------------------------------------
 
@@ -156,12 +154,12 @@ class Pool:
         try:
             result = await method(conn, query, *args)
         except asyncpg.PostgresError:
-            self._hand_on(conn)  # the server answered: the connection is ready again
+            self._give_back(conn)  # the server answered: the connection is ready again
             raise
         except BaseException:
             self._discard(conn)
             raise
-        self._hand_on(conn)
+        self._give_back(conn)
         return result
 
     # -- size and end -----------------------------------------------------------------
