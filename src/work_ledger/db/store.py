@@ -6,16 +6,17 @@ RAISE ... CONSTRAINT), so the mapping needs no string matching.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
 from work_ledger.db.pool import Pool
 from work_ledger.db.queries import QUERIES
-from work_ledger.errors import InvalidInput, InvariantViolation, Unavailable
+from work_ledger.errors import InvalidInput, InvariantViolation, Unavailable, WorkLedgerError
+
+T = TypeVar("T")
 
 _UNAVAILABLE = (
     OSError,
@@ -31,30 +32,39 @@ _UNAVAILABLE = (
 
 @asynccontextmanager
 async def translated_errors() -> AsyncIterator[None]:
+    """Raise what `translate` makes of a database error; anything else as it is."""
     try:
         yield
-    except asyncpg.IntegrityConstraintViolationError as exc:
-        raise _refusal(exc) from exc
-    except asyncpg.RaiseError as exc:
-        raise _refusal(exc) from exc
-    except asyncpg.TransactionRollbackError as exc:
-        raise Unavailable(
+    except Exception as exc:
+        error = translate(exc)
+        if error is None:
+            raise
+        raise error from exc
+
+
+def translate(exc: Exception) -> WorkLedgerError | None:
+    """The ledger error a database error stands for (None: not a database error)."""
+    if isinstance(exc, asyncpg.IntegrityConstraintViolationError | asyncpg.RaiseError):
+        return _refusal(exc)
+    if isinstance(exc, asyncpg.TransactionRollbackError):
+        return Unavailable(
             f"the write collided with a concurrent one ({exc.sqlstate}: {exc}) and was rolled "
             "back, nothing written; retry the same request (with the same Idempotency-Key)"
-        ) from exc
-    except (asyncpg.DataError, asyncpg.ProgramLimitExceededError) as exc:
-        raise InvalidInput(f"the database refused a value: {exc}") from exc
-    except TimeoutError as exc:  # the pool's connect timeout or WL_STATEMENT_TIMEOUT
+        )
+    if isinstance(exc, asyncpg.DataError | asyncpg.ProgramLimitExceededError):
+        return InvalidInput(f"the database refused a value: {exc}")
+    if isinstance(exc, TimeoutError):  # the pool's connect timeout or WL_STATEMENT_TIMEOUT
         # A statement already sent to a hung server may still run once it wakes up.
-        raise Unavailable(
+        return Unavailable(
             "the ledger database did not answer in time (WL_STATEMENT_TIMEOUT); a write "
             "may still be applied when it recovers: retry shortly with the same "
             "Idempotency-Key, which acts once"
-        ) from exc
-    except _UNAVAILABLE as exc:
-        raise Unavailable(
+        )
+    if isinstance(exc, _UNAVAILABLE):
+        return Unavailable(
             f"the ledger database is unreachable ({type(exc).__name__}); retry shortly"
-        ) from exc
+        )
+    return None
 
 
 def _refusal(exc: asyncpg.PostgresError) -> InvariantViolation:
@@ -78,15 +88,27 @@ class Store:
         self.attempts = 4 if isinstance(pool, Pool) else 1
 
     async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
-        async with translated_errors():
-            for _ in range(self.attempts - 1):
-                with contextlib.suppress(asyncpg.TransactionRollbackError):
-                    return await self.pool.fetch(QUERIES[name], *args)
-            return await self.pool.fetch(QUERIES[name], *args)
+        rows: list[asyncpg.Record] = await self._run(self.pool.fetch, name, args)
+        return rows
 
     async def fetchrow(self, name: str, *args: Any) -> asyncpg.Record | None:
-        async with translated_errors():
-            for _ in range(self.attempts - 1):
-                with contextlib.suppress(asyncpg.TransactionRollbackError):
-                    return await self.pool.fetchrow(QUERIES[name], *args)
-            return await self.pool.fetchrow(QUERIES[name], *args)
+        row: asyncpg.Record | None = await self._run(self.pool.fetchrow, name, args)
+        return row
+
+    async def _run(
+        self, method: Callable[..., Awaitable[T]], name: str, args: tuple[Any, ...]
+    ) -> T:
+        # try/except, not translated_errors(): a context manager per statement cost more
+        # than the rest of this method on the request path.
+        query, tries = QUERIES[name], self.attempts
+        while True:
+            tries -= 1
+            try:
+                return await method(query, *args)
+            except Exception as exc:
+                if tries > 0 and isinstance(exc, asyncpg.TransactionRollbackError):
+                    continue  # rolled back whole: run it again
+                error = translate(exc)
+                if error is None:
+                    raise
+                raise error from exc
