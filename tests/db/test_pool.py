@@ -2,6 +2,8 @@
 and a connection comes back only in a state the next caller can use."""
 
 import asyncio
+import contextlib
+import random
 from collections.abc import Callable
 
 import asyncpg
@@ -154,3 +156,76 @@ async def test_a_closed_pool_refuses_its_waiters_and_new_callers(database_url: s
     await pool.release(held)  # given back after the close: closed, not kept
     assert held.is_closed()
     assert pool.get_size() == 0
+
+
+async def test_under_load_no_connection_is_shared_and_the_pool_never_grows(
+    database_url: str, raw: asyncpg.Connection
+) -> None:
+    """40 tasks on 3 connections, repeated: plain statements, transactions, statements the
+    server refuses, and tasks cancelled mid-statement or mid-wait. No connection is ever
+    held by two tasks, none comes back inside a transaction, and the pool never opens more
+    than its size (counted by the server too)."""
+    size = 3
+    pool = await create_pool(database_url, min_size=1, max_size=size)
+    rng = random.Random(15)
+    in_use: set[int] = set()
+    most_open = 0
+
+    async def hold(conn: asyncpg.Connection) -> None:
+        nonlocal most_open
+        assert id(conn) not in in_use, "one connection handed to two tasks"
+        assert not conn.is_in_transaction()
+        in_use.add(id(conn))
+        most_open = max(most_open, pool.get_size())
+
+    async def one_task(n: int) -> None:
+        for step in range(15):
+            kind = (n + step) % 4
+            if kind == 0:
+                conn = await pool.acquire()
+                await hold(conn)
+                in_use.discard(id(conn))
+                await pool.release(conn)
+                continue
+            async with pool.acquire() as conn:
+                await hold(conn)
+                try:
+                    if kind == 1:
+                        await conn.fetchval("SELECT pg_sleep($1::float)", rng.random() / 200)
+                    elif kind == 2:
+                        async with conn.transaction():
+                            await conn.execute("SELECT pg_sleep(0.001)")
+                    else:
+                        with contextlib.suppress(asyncpg.DivisionByZeroError):
+                            await conn.fetchval("SELECT 1 / 0")
+                finally:
+                    in_use.discard(id(conn))
+
+    try:
+        for _ in range(3):
+            tasks = [asyncio.create_task(one_task(n)) for n in range(40)]
+            await asyncio.sleep(0.02)
+            cancelled = rng.sample(tasks, 8)  # some mid-statement, some waiting
+            for task in cancelled:
+                task.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            assert all(isinstance(e, asyncio.CancelledError) for e in errors), errors
+            assert pool.get_size() <= size
+            assert pool.get_idle_size() == pool.get_size()  # every connection came back
+            # The server's count: a backend whose client was cut off mid-sleep leaves once its
+            # statement ends (a few ms), so look until it has.
+            backends = (
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                " AND application_name = 'work-ledger' AND pid <> pg_backend_pid()"
+            )
+            for _ in range(1000):
+                if await raw.fetchval(backends) <= size:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError(f"the server lists more than {size} pool backends")
+        assert most_open <= size
+        assert await pool.fetchval("SELECT 41 + 1") == 42  # and it still serves
+    finally:
+        await pool.close()

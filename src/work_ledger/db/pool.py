@@ -7,7 +7,8 @@ proxy and a future. A ledger statement needs none of that: take a connection, ru
 statement, put the connection back, all within one await. What is kept:
 
 - at most `max_size` connections, opened on demand (`min_size` at `open()`), each set up
-  by `connect`; the most recently used is handed out first (its backend is warm);
+  by `connect`, and kept open until they fail or the pool closes; the most recently used
+  is handed out first (its backend is warm);
 - waiters are woken in arrival order;
 - a connection goes back only in a known state: a transaction left open is rolled back,
   and a connection that raised anything but a PostgreSQL error (a cancelled or timed-out
