@@ -84,7 +84,8 @@ async def test_a_full_pool_serves_its_waiters_in_arrival_order(database_url: str
 async def test_a_cancelled_statement_takes_its_connection_with_it(
     database_url: str, raw: asyncpg.Connection
 ) -> None:
-    """A statement cancelled mid-flight leaves its connection mid-protocol: the pool
+    """A statement cancelled mid-flight leaves its connection busy (the server still runs
+    the statement until the cancel request lands): rather than wait on it, the pool
     terminates it, and the next statement gets a fresh connection in its place."""
     pool = await _pool_of_one(database_url)
     try:
