@@ -106,6 +106,27 @@ async def test_a_cancelled_statement_takes_its_connection_with_it(
         await pool.close()
 
 
+async def test_an_error_of_the_holders_own_keeps_the_connection(database_url: str) -> None:
+    """An error raised by the code holding the connection, not by the connection, gives
+    it back rolled back: it is neither closed nor reopened."""
+    pool = await _pool_of_one(database_url)
+    try:
+        first = await pool.fetchval("SELECT pg_backend_pid()")
+
+        async def mistaken() -> None:
+            async with pool.acquire() as conn:
+                await conn.execute("BEGIN")
+                await conn.execute("CREATE TABLE never_kept (x int)")
+                raise ValueError("the holder's own mistake")
+
+        with pytest.raises(ValueError, match="own mistake"):
+            await mistaken()
+        assert await pool.fetchval("SELECT pg_backend_pid()") == first
+        assert await pool.fetchval("SELECT to_regclass('never_kept')::text") is None
+    finally:
+        await pool.close()
+
+
 async def test_a_connection_killed_while_idle_is_never_handed_out(
     database_url: str, raw: asyncpg.Connection
 ) -> None:

@@ -11,9 +11,9 @@ statement, put the connection back, all within one await. What is kept:
   is handed out first (its backend is warm);
 - waiters are woken in arrival order;
 - a connection goes back only in a known state: a transaction left open is rolled back,
-  and a connection that raised anything but a PostgreSQL error (a cancelled or timed-out
-  statement, a broken socket) may be mid-protocol, so it is terminated and its place
-  freed; a closed connection is never handed out;
+  and one whose holder was cut short (a cancelled or timed-out statement, a broken
+  socket) may still be busy, so it is terminated and its place freed; a closed
+  connection is never handed out;
 - after `close()`, acquiring raises `asyncpg.InterfaceError` (the ledger answers 503).
 
 Nothing is reset on the way back (asyncpg's default reset, `SELECT pg_advisory_unlock_all();
@@ -158,14 +158,18 @@ class Pool:
         conn = await self._take()
         try:
             result = await method(conn, query, *args)
-        except asyncpg.PostgresError:
-            await self._give_back(conn)  # the server answered: the connection is ready again
-            raise
-        except BaseException:
-            self._discard(conn)
+        except BaseException as exc:
+            await self._after(conn, exc)
             raise
         await self._give_back(conn)
         return result
+
+    async def _after(self, conn: Connection, exc: BaseException) -> None:
+        """Take back a connection whose holder raised `exc`."""
+        if _may_be_busy(exc):
+            self._discard(conn)
+        else:
+            await self.release(conn)
 
     # -- size and end -----------------------------------------------------------------
 
@@ -204,7 +208,7 @@ class Pool:
 
 class _Checkout:
     """What `Pool.acquire()` returns: awaitable, or an async context manager that gives the
-    connection back (and drops it after anything but a PostgreSQL error)."""
+    connection back (and drops it after an error that may have left it busy)."""
 
     __slots__ = ("conn", "pool")
 
@@ -222,7 +226,16 @@ class _Checkout:
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: Any, tb: Any) -> None:
         conn, self.conn = self.conn, None
         assert conn is not None
-        if exc is None or isinstance(exc, asyncpg.PostgresError):
+        if exc is None:
             await self.pool.release(conn)
         else:
-            self.pool._discard(conn)
+            await self.pool._after(conn, exc)
+
+
+def _may_be_busy(exc: BaseException) -> bool:
+    """Whether `exc` may have cut a statement short, leaving its connection still busy on
+    the server or mid-protocol: a cancellation, a timeout, a broken or confused
+    connection. A PostgreSQL error, or any error of the holder's own, leaves it ready."""
+    return not isinstance(exc, Exception) or isinstance(
+        exc, TimeoutError | OSError | asyncpg.InterfaceError | asyncpg.InternalClientError
+    )
