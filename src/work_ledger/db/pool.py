@@ -179,9 +179,6 @@ class Pool:
     def get_idle_size(self) -> int:
         return len(self._idle)
 
-    def get_max_size(self) -> int:
-        return self._max_size
-
     async def close(self) -> None:
         """Close the idle connections now; each checked-out one is closed when it is given
         back. Waiters get InterfaceError."""
@@ -197,13 +194,6 @@ class Pool:
                 await conn.close(timeout=5)
             except Exception:
                 conn.terminate()
-
-    def terminate(self) -> None:
-        self._closed = True
-        idle, self._idle = self._idle, []
-        self._size -= len(idle)
-        for conn in idle:
-            conn.terminate()
 
 
 class _Checkout:
