@@ -34,9 +34,7 @@ import asyncpg
 from claims import LEASE_SECONDS, RAW, connections, seed_ledger
 from harness import Operation, Server, load_average, measure, median_of, start_embedded
 
-from work_ledger.db.connect import with_database
 from work_ledger.db.queries import QUERIES
-from work_ledger.runtime import migrate_database
 
 PRODUCT = QUERIES["claim_unit"]
 BACKLOG = 40_000
@@ -174,11 +172,7 @@ async def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="wl-ablate-"))
     try:
         server = await Server.attach(start_embedded(home))
-        admin = await asyncpg.connect(server.admin_url)
-        await admin.execute('CREATE DATABASE "ablate_tpl"')
-        await admin.close()
-        await migrate_database(with_database(server.admin_url, "ablate_tpl"))
-        template = await asyncpg.connect(with_database(server.admin_url, "ablate_tpl"))
+        template = await asyncpg.connect(await server.migrated_database("ablate_tpl"))
         await template.execute(CLAIM_FUNCTION.read_text())
         await template.close()
         out: dict[str, Any] = {"load_average_start": load_average(), "rows": {}}

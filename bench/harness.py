@@ -114,6 +114,20 @@ class Server:
             await conn.close()
         return {r["name"]: r["setting"] + (r["unit"] or "") for r in rows}
 
+    async def migrated_database(self, name: str) -> str:
+        """Create database `name` with the ledger's schema (a template, or the database a
+        script measures in); its URL."""
+        from work_ledger.runtime import migrate_database
+
+        conn = await asyncpg.connect(self.admin_url)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+        url = with_database(self.admin_url, name)
+        await migrate_database(url)
+        return url
+
     @contextlib.asynccontextmanager
     async def fresh_database(self, prefix: str, template: str | None = None) -> AsyncIterator[str]:
         """A new database for one measurement, dropped afterwards."""

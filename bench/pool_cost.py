@@ -31,10 +31,9 @@ import uvloop
 from claims import LEASE_SECONDS, seed_ledger
 from harness import Server, start_embedded
 
-from work_ledger.db.connect import _init_connection, connect, create_pool, with_database
+from work_ledger.db.connect import _init_connection, connect, create_pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import Store
-from work_ledger.runtime import migrate_database
 from work_ledger.service import Ledger
 
 CLAIM = QUERIES["claim_next_unit"]
@@ -75,11 +74,7 @@ async def main(args: argparse.Namespace) -> None:
     home = Path(tempfile.mkdtemp(prefix="wl-pool-cost-"))
     try:
         server = await Server.attach(start_embedded(home))
-        admin = await asyncpg.connect(server.admin_url)
-        await admin.execute('CREATE DATABASE "pool_cost"')
-        await admin.close()
-        url = with_database(server.admin_url, "pool_cost")
-        await migrate_database(url)
+        url = await server.migrated_database("pool_cost")
         seed = await connect(url)
         await seed_ledger(seed, args.items * 5 * args.passes + 1000)
         await seed.close()

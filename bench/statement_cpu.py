@@ -26,13 +26,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import asyncpg
 from claims import LEASE_SECONDS, RAW, seed_ledger
 from harness import Server, load_average, start_embedded
 
-from work_ledger.db.connect import connect, with_database
+from work_ledger.db.connect import connect
 from work_ledger.db.queries import QUERIES
-from work_ledger.runtime import migrate_database
 
 CLAIMS = {
     "hand-written": lambda a: (RAW["ledger_claim"], (a, LEASE_SECONDS)),
@@ -74,10 +72,7 @@ async def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="wl-stmt-cpu-"))
     try:
         server = await Server.attach(start_embedded(home))
-        admin = await asyncpg.connect(server.admin_url)
-        await admin.execute('CREATE DATABASE "stmt_tpl"')
-        await admin.close()
-        await migrate_database(with_database(server.admin_url, "stmt_tpl"))
+        await server.migrated_database("stmt_tpl")
         print(f"load average at start: {load_average()}")
         async with server.fresh_database("stmt", "stmt_tpl") as url:
             seed = await connect(url)
