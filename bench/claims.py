@@ -241,10 +241,10 @@ async def ledger_sql_life(url: str, c: int) -> AsyncIterator[list[Operation]]:
                 unit, attempt = row["unit"]["id"], row["attempt"]["id"]
                 await conn.fetchrow(QUERIES["start_unit"], unit, ["claimed"], agent, attempt, agent)
                 await conn.fetchrow(QUERIES["record_cost"], attempt, 125, agent, agent)
-                verify = (unit, "verified", ["in_progress"], agent, attempt, EVIDENCE, "verified")
-                await conn.fetchrow(QUERIES["transition_unit"], *verify, "transitioned", {}, agent)
-                dispose = (unit, "MIGRATED", ["verified"], agent, attempt, None, None, agent)
-                await conn.fetchrow(QUERIES["dispose_unit"], *dispose)
+                verify = (unit, ["in_progress"], agent, attempt, EVIDENCE, {}, agent)
+                await conn.fetchrow(QUERIES["verify_unit"], *verify)
+                dispose = (unit, agent, attempt, None, None, agent)
+                await conn.fetchrow(QUERIES["dispose_verified_unit"], *dispose)
                 return latency
 
             return op
@@ -429,7 +429,7 @@ CONFIGS = [
     Config(
         "ledger_sql_life",
         "5 commits: the statements of service_life (claim_next_unit, start_unit, record_cost, "
-        "transition_unit, dispose_unit) with its arguments on a raw connection, no service "
+        "verify_unit, dispose_verified_unit) with its arguments on a raw connection, no service "
         "layer; one agent name per worker",
         "ledger",
         10_000,

@@ -41,6 +41,11 @@ from work_ledger.input_rules import MAX_BATCH as MAX_BATCH
 from work_ledger.input_rules import MAX_LEASE_SECONDS as MAX_LEASE_SECONDS
 from work_ledger.ledger_reads import LedgerReads
 
+# The states start, verify and release leave (parameters of their statements, units.sql).
+_STARTABLE = [State.CLAIMED]
+_VERIFIABLE = [State.IN_PROGRESS]
+_RELEASABLE = [State.CLAIMED, State.IN_PROGRESS]
+
 
 class Ledger(LedgerReads):
     """The ledger's use cases over a `Store`: the writes here, the reads in `LedgerReads`."""
@@ -181,11 +186,10 @@ class Ledger(LedgerReads):
     ) -> tuple[Unit, Attempt]:
         """claimed → in_progress."""
         unit_id = await self.resolve(unit_ref)
-        leaving = [State.CLAIMED]
-        args = (unit_id, leaving, actor.holder, attempt_id, actor.name)
+        args = (unit_id, _STARTABLE, actor.holder, attempt_id, actor.name)
         row = await self.store.fetchrow("start_unit", *args)
         if row is None:
-            raise await self._refused(unit_id, actor, "start", leaving, attempt_id)
+            raise await self._refused(unit_id, actor, "start", _STARTABLE, attempt_id)
         return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
 
     async def verify(
@@ -199,16 +203,13 @@ class Ledger(LedgerReads):
     ) -> tuple[Unit, Attempt]:
         """in_progress → verified with an evidence link; the attempt ends verified."""
         self.check_evidence(evidence_url)
-        return await self._transition(
-            unit_ref,
-            actor,
-            to=State.VERIFIED,
-            leaving=[State.IN_PROGRESS],
-            attempt_id=attempt_id,
-            evidence_url=evidence_url,
-            outcome=Outcome.VERIFIED,
-            reason=reason,
-        )
+        unit_id = await self.resolve(unit_ref)
+        detail = {"reason": reason} if reason else {}
+        args = (unit_id, _VERIFIABLE, actor.holder, attempt_id, evidence_url, detail, actor.name)
+        row = await self.store.fetchrow("verify_unit", *args)
+        if row is None:
+            raise await self._refused(unit_id, actor, "verify", _VERIFIABLE, attempt_id)
+        return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
 
     async def release(
         self,
@@ -224,47 +225,23 @@ class Ledger(LedgerReads):
             raise InvalidInput(
                 f"a release ends its attempt 'failed' or 'abandoned', not {outcome!r}"
             )
-        return await self._transition(
-            unit_ref,
-            actor,
-            to=State.READY,
-            leaving=[State.CLAIMED, State.IN_PROGRESS],
-            attempt_id=attempt_id,
-            outcome=outcome,
-            reason=reason,
-        )
-
-    async def _transition(
-        self,
-        unit_ref: str,
-        actor: Actor,
-        *,
-        to: State,
-        leaving: list[State],
-        attempt_id: uuid.UUID | None,
-        evidence_url: str | None = None,
-        outcome: Outcome | None = None,
-        reason: str | None = None,
-    ) -> tuple[Unit, Attempt]:
         unit_id = await self.resolve(unit_ref)
-        event = "released" if to is State.READY else "transitioned"
         detail = {"reason": reason} if reason else {}
         row = await self.store.fetchrow(
             "transition_unit",
             unit_id,
-            to,
-            leaving,
+            State.READY,
+            _RELEASABLE,
             actor.holder,
             attempt_id,
-            evidence_url,
+            None,
             outcome,
-            event,
+            "released",
             detail,
             actor.name,
         )
         if row is None:
-            action = {State.VERIFIED: "verify", State.READY: "release"}
-            raise await self._refused(unit_id, actor, action[to], leaving, attempt_id)
+            raise await self._refused(unit_id, actor, "release", _RELEASABLE, attempt_id)
         return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
 
     async def block(
@@ -371,17 +348,28 @@ class Ledger(LedgerReads):
             self.check_evidence(evidence_url)
         unit_id = await self.resolve(unit_ref)
         leaving = states_disposable_as(disposition)
-        row = await self.store.fetchrow(
-            "dispose_unit",
-            unit_id,
-            disposition,
-            leaving,
-            actor.holder,
-            attempt_id,
-            evidence_url,
-            reason,
-            actor.name,
-        )
+        if disposition is Disposition.MIGRATED:
+            args: tuple[object, ...] = (
+                unit_id,
+                actor.holder,
+                attempt_id,
+                evidence_url,
+                reason,
+                actor.name,
+            )
+            row = await self.store.fetchrow("dispose_verified_unit", *args)
+        else:
+            args = (
+                unit_id,
+                disposition,
+                leaving,
+                actor.holder,
+                attempt_id,
+                evidence_url,
+                reason,
+                actor.name,
+            )
+            row = await self.store.fetchrow("dispose_unit", *args)
         if row is None:
             raise await self._refused(
                 unit_id, actor, f"dispose {disposition}", leaving, attempt_id, after_verify=True

@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 
 from work_ledger.domain import Actor, Claim, Disposition, NewUnit, Outcome, State
-from work_ledger.errors import AttemptSuperseded, NotFound
+from work_ledger.errors import AttemptSuperseded, NotFound, NotHolder
 from work_ledger.service import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
@@ -157,6 +157,71 @@ async def test_fenced_writes_with_an_old_attempt_are_refused_for_the_same_agent(
         assert refused.value.state == State.IN_PROGRESS
     unit = (await ledger.get_unit("u-1")).unit
     assert (unit.state, unit.claimed_by, unit.attempt_count) == (State.IN_PROGRESS, "agent-a", 3)
+    assert await ledger.audit() == []
+
+
+async def test_only_the_holder_verifies(ledger: Ledger, raw: asyncpg.Connection) -> None:
+    """Another agent cannot verify a unit in progress, even with the holder's attempt id;
+    the refusal writes nothing and the holder then verifies it."""
+    holder, other = Actor("agent-a"), Actor("agent-b")
+    await ledger.register([NewUnit("u-1", "fleet-a")], OPERATOR)
+    claim = await ledger.claim(holder.name)
+    assert claim.attempt is not None
+    await ledger.start("u-1", holder)
+    events = await raw.fetchval("SELECT count(*) FROM work_unit_events")
+    for attempt_id in (None, claim.attempt.id):
+        with pytest.raises(NotHolder):
+            await ledger.verify("u-1", other, "https://ci.example/1", attempt_id=attempt_id)
+    assert (await ledger.get_unit("u-1")).unit.state is State.IN_PROGRESS
+    assert await raw.fetchval("SELECT count(*) FROM work_unit_events") == events
+    unit, attempt = await ledger.verify("u-1", holder, "https://ci.example/1")
+    assert (unit.state, attempt.outcome, attempt.evidence_url) == (
+        State.VERIFIED,
+        Outcome.VERIFIED,
+        "https://ci.example/1",
+    )
+
+
+async def test_only_the_verifier_disposes_migrated_and_only_with_its_attempt(
+    ledger: Ledger, raw: asyncpg.Connection
+) -> None:
+    """A verified unit is closed MIGRATED by the agent whose attempt verified it, fenced by
+    that attempt: an earlier attempt's id, even the same agent's, and another agent who
+    once held the unit are refused, writing nothing."""
+    agent, other = Actor("agent-a"), Actor("agent-b")
+    await ledger.register([NewUnit("u-1", "fleet-a")], OPERATOR)
+    first = await ledger.claim(agent.name)
+    await expire(raw, "u-1")
+    await ledger.claim(other.name)
+    await expire(raw, "u-1")
+    last = await ledger.claim_named("u-1", agent.name)
+    assert first.attempt is not None
+    assert last.attempt is not None
+    await ledger.start("u-1", agent, attempt_id=last.attempt.id)
+    await ledger.verify("u-1", agent, "https://ci.example/1", attempt_id=last.attempt.id)
+    events = await raw.fetchval("SELECT count(*) FROM work_unit_events")
+
+    with pytest.raises(AttemptSuperseded):
+        await ledger.dispose("u-1", Disposition.MIGRATED, agent, attempt_id=first.attempt.id)
+    with pytest.raises(NotHolder):
+        await ledger.dispose("u-1", Disposition.MIGRATED, other)
+    assert (await ledger.get_unit("u-1")).unit.state is State.VERIFIED
+    assert await raw.fetchval("SELECT count(*) FROM work_unit_events") == events
+
+    done = await ledger.dispose("u-1", Disposition.MIGRATED, agent, attempt_id=last.attempt.id)
+    assert (done.state, done.disposition, done.claimed_by) == (
+        State.DONE,
+        Disposition.MIGRATED,
+        None,
+    )
+    event = (await ledger.list_events(unit_ref="u-1", limit=1)).items[0]
+    assert (event.event_type, event.from_state, event.to_state, event.attempt_id) == (
+        "disposed",
+        State.VERIFIED,
+        State.DONE,
+        last.attempt.id,
+    )
+    assert event.detail == {"disposition": "MIGRATED", "ended_attempt": False}
     assert await ledger.audit() == []
 
 

@@ -273,6 +273,39 @@ WITH live AS (
 SELECT unit.unit, coalesce((SELECT attempt FROM attempt), a) AS attempt
 FROM unit JOIN work_unit_attempts AS a ON a.id = unit.attempt_id;
 
+-- name: verify_unit
+-- in_progress → verified with an evidence link; the attempt ends verified. transition_unit
+-- can do this too; this statement does only it (a third less server CPU, bench/README).
+-- $1 unit, $2 the states it may leave ({in_progress}: a parameter, as in start_unit), $3
+-- holder or null (privileged), $4 fenced attempt or null, $5 evidence url, $6 event detail,
+-- $7 acting principal. As start_unit, one UPDATE and no lock taken before it: the live
+-- attempt is the one numbered as the unit's attempt count, and whatever ends or replaces it
+-- changes the unit row first, so the join re-checked on the unit's new row refuses.
+WITH unit AS (
+    UPDATE work_units AS u
+    SET state = 'verified', claimed_by = NULL, lease_expires_at = NULL,
+        evidence_urls = array_append(u.evidence_urls, $5)
+    FROM work_unit_attempts AS a
+    WHERE u.id = $1 AND u.state = ANY ($2::work_state[])
+      AND ($3::text IS NULL OR u.claimed_by = $3)
+      AND a.unit_id = u.id AND a.attempt_no = u.attempt_count AND a.outcome IS NULL
+      AND ($4::uuid IS NULL OR a.id = $4)
+    RETURNING u AS unit, a.id AS attempt_id
+), attempt AS (
+    UPDATE work_unit_attempts AS a
+    SET outcome = 'verified', ended_at = now(), evidence_url = $5
+    FROM unit
+    WHERE a.id = unit.attempt_id
+    RETURNING a AS attempt
+), event AS (
+    INSERT INTO work_unit_events
+        (unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail)
+    SELECT (unit).id, attempt_id, 'transitioned', 'in_progress', 'verified', $7,
+           $6::jsonb || jsonb_build_object('outcome', 'verified', 'evidence_url', $5::text)
+    FROM unit
+)
+SELECT unit.unit, attempt.attempt FROM unit, attempt;
+
 -- name: block_unit
 -- in_progress → blocked with a question; the lease pauses. $1 unit, $2 holder or null,
 -- $3 fenced attempt or null, $4 question, $5 assignee group, $6 acting principal.
@@ -412,6 +445,36 @@ WITH target AS (
                'disposition', $2::work_disposition, 'evidence_url', $6::text, 'reason', $7::text,
                'cancelled_question_ids', (SELECT array_agg(id) FROM cancelled),
                'ended_attempt', (SELECT count(*) FROM attempt) > 0))
+    FROM unit
+)
+SELECT unit FROM unit;
+
+-- name: dispose_verified_unit
+-- verified → done, MIGRATED: dispose_unit's commonest case, doing only what it needs (a
+-- third less server CPU, bench/README). A verified unit's last attempt has ended verified
+-- and it has no open question (only a blocked unit has one), so nothing else closes; the
+-- event says what dispose_unit's would. $1 unit, $2 holder or null (privileged): only the
+-- agent whose attempt verified it, $3 fenced attempt or null, $4 evidence url or null,
+-- $5 reason or null, $6 acting principal.
+WITH unit AS (
+    UPDATE work_units AS u
+    SET state = 'done', disposition = 'MIGRATED', disposed_at = now(), claimed_by = NULL,
+        lease_expires_at = NULL,
+        evidence_urls = CASE WHEN $4::text IS NULL THEN u.evidence_urls
+                             ELSE array_append(u.evidence_urls, $4) END
+    FROM work_unit_attempts AS a
+    WHERE u.id = $1 AND u.state = 'verified'
+      AND a.unit_id = u.id AND a.attempt_no = u.attempt_count
+      AND ($2::text IS NULL OR (a.agent_id = $2 AND a.outcome = 'verified'))
+      AND ($3::uuid IS NULL OR (a.id = $3 AND a.outcome = 'verified'))
+    RETURNING u AS unit, a.id AS attempt_id
+), event AS (
+    INSERT INTO work_unit_events
+        (unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail)
+    SELECT (unit).id, attempt_id, 'disposed', 'verified', 'done', $6,
+           jsonb_strip_nulls(jsonb_build_object(
+               'disposition', 'MIGRATED', 'evidence_url', $4::text, 'reason', $5::text,
+               'ended_attempt', false))
     FROM unit
 )
 SELECT unit FROM unit;
