@@ -92,7 +92,18 @@ def states_disposable_as(disposition: Disposition) -> list[State]:
 
 
 def _from_record(cls: type[Any], record: Any) -> Any:
+    """By name: for rows of any shape."""
     return cls(**{name: record[name] for name in cls.__dataclass_fields__})
+
+
+# Unit, Attempt and Question are read from their table's row values (`u AS unit`, arrays of
+# them), whose fields come in the table's column order. Each dataclass declares its fields
+# in that order (tests/db/test_schema.py checks), so it is built by position: half the
+# cost of by name, on every write's answer. A row of another length is refused (TypeError).
+_STATES = {state.value: state for state in State}
+_DISPOSITIONS = {disposition.value: disposition for disposition in Disposition}
+_OUTCOMES = {outcome.value: outcome for outcome in Outcome}
+_QUESTION_STATUSES = {status.value: status for status in QuestionStatus}
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +127,10 @@ class Unit:
 
     @classmethod
     def from_record(cls, record: Any) -> Unit:
-        unit: Unit = _from_record(cls, record)
-        object.__setattr__(unit, "state", State(unit.state))
+        unit = cls(*record)
+        object.__setattr__(unit, "state", _STATES[unit.state])
         if unit.disposition is not None:
-            object.__setattr__(unit, "disposition", Disposition(unit.disposition))
+            object.__setattr__(unit, "disposition", _DISPOSITIONS[unit.disposition])
         return unit
 
 
@@ -141,9 +152,9 @@ class Attempt:
 
     @classmethod
     def from_record(cls, record: Any) -> Attempt:
-        attempt: Attempt = _from_record(cls, record)
+        attempt = cls(*record)
         if attempt.outcome is not None:
-            object.__setattr__(attempt, "outcome", Outcome(attempt.outcome))
+            object.__setattr__(attempt, "outcome", _OUTCOMES[attempt.outcome])
         return attempt
 
 
@@ -164,8 +175,8 @@ class Question:
 
     @classmethod
     def from_record(cls, record: Any) -> Question:
-        question: Question = _from_record(cls, record)
-        object.__setattr__(question, "status", QuestionStatus(question.status))
+        question = cls(*record)
+        object.__setattr__(question, "status", _QUESTION_STATUSES[question.status])
         return question
 
 

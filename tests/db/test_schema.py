@@ -14,7 +14,16 @@ import pytest
 from work_ledger.db.connect import connect, ensure_database, with_database
 from work_ledger.db.migrate import apply_migrations, load_migrations
 from work_ledger.db.queries import QUERIES
-from work_ledger.domain import DISPOSITIONS_FROM, TRANSITIONS, Actor, NewUnit, State
+from work_ledger.domain import (
+    DISPOSITIONS_FROM,
+    TRANSITIONS,
+    Actor,
+    Attempt,
+    NewUnit,
+    Question,
+    State,
+    Unit,
+)
 from work_ledger.service import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
@@ -50,6 +59,23 @@ async def test_domain_dispositions_agree_with_wl_abandon_dispositions(
     assert in_db == in_domain
     migrated_from = {s for s, ds in DISPOSITIONS_FROM.items() if "MIGRATED" in ds}
     assert migrated_from == {s for s, ts in TRANSITIONS.items() if State.DONE in ts}
+
+
+@pytest.mark.parametrize(
+    ("table", "record"),
+    [("work_units", Unit), ("work_unit_attempts", Attempt), ("blocking_questions", Question)],
+)
+async def test_records_declare_their_tables_columns_in_order(
+    raw: asyncpg.Connection, table: str, record: type[Any]
+) -> None:
+    """Unit, Attempt and Question are built by position from their table's row values, so
+    each declares exactly its table's columns, in the table's order."""
+    columns = await raw.fetchval(
+        "SELECT array_agg(attname::text ORDER BY attnum) FROM pg_attribute"
+        " WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped",
+        table,
+    )
+    assert columns == list(record.__dataclass_fields__)
 
 
 async def test_enums_match_the_domain(raw: asyncpg.Connection) -> None:

@@ -100,46 +100,41 @@ def test_actor_holder_is_none_only_when_privileged() -> None:
 
 
 def test_unit_from_record_turns_text_into_enums() -> None:
-    """A unit read from the database carries State and Disposition members, not strings."""
+    """A unit read from the database (its row value: fields in column order) carries State
+    and Disposition members, not strings; a row of another shape is refused."""
     now = dt.datetime.now(dt.UTC)
-    record = {
-        "id": uuid.uuid4(),
-        "created_at": now,
-        "updated_at": now,
-        "external_ref": "orders/refunds",
-        "fleet": "fleet-a",
-        "domain": "orders",
-        "state": "done",
-        "disposition": "MIGRATED",
-        "disposed_at": now,
-        "workflow_id": None,
-        "claimed_by": None,
-        "lease_expires_at": None,
-        "last_heartbeat_at": None,
-        "attempt_count": 1,
-        "cost_cents": 250,
-        "evidence_urls": ["https://ci.example/run/1"],
-        "ignored": "extra columns are not read",
-    }
+    record = (
+        uuid.uuid4(),  # id
+        now,  # created_at
+        now,  # updated_at
+        "orders/refunds",  # external_ref
+        "fleet-a",  # fleet
+        "orders",  # domain
+        "done",  # state
+        "MIGRATED",  # disposition
+        now,  # disposed_at
+        None,  # workflow_id
+        None,  # claimed_by
+        None,  # lease_expires_at
+        None,  # last_heartbeat_at
+        1,  # attempt_count
+        250,  # cost_cents
+        ["https://ci.example/run/1"],  # evidence_urls
+    )
     unit = Unit.from_record(record)
+    assert (unit.external_ref, unit.cost_cents) == ("orders/refunds", 250)
     assert (unit.state, unit.disposition) == (State.DONE, Disposition.MIGRATED)
     assert type(unit.state) is State
     assert type(unit.disposition) is Disposition
+    with pytest.raises(TypeError):
+        Unit.from_record((*record, "a column the dataclass does not declare"))
 
 
 def test_attempt_is_live_until_it_has_an_outcome() -> None:
     """An attempt without an outcome is live; with one, it has ended."""
     now = dt.datetime.now(dt.UTC)
-    fields = {
-        "id": uuid.uuid4(),
-        "unit_id": uuid.uuid4(),
-        "attempt_no": 1,
-        "agent_id": "agent-1",
-        "started_at": now,
-        "cost_cents": 0,
-        "evidence_url": None,
-    }
-    running = Attempt.from_record({**fields, "outcome": None, "ended_at": None})
-    ended = Attempt.from_record({**fields, "outcome": "superseded", "ended_at": now})
+    fields = (uuid.uuid4(), uuid.uuid4(), 1, "agent-1", now)  # id … started_at
+    running = Attempt.from_record((*fields, None, 0, None, None))
+    ended = Attempt.from_record((*fields, "superseded", 0, None, now))
     assert running.live is True
     assert (ended.live, ended.outcome) == (False, Outcome.SUPERSEDED)

@@ -65,16 +65,23 @@ class Pool:
         by `await pool.release(conn)`."""
         return _Checkout(self)
 
+    def _pop_idle(self) -> Connection | None:
+        """The most recently used idle connection still open, or None."""
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.is_closed():
+                return conn
+            self._size -= 1  # it died idle
+        return None
+
     async def _take(self) -> Connection:
         woken = False
         while True:
             if self._closed:
                 raise asyncpg.InterfaceError("the pool is closed")
-            while self._idle:
-                conn = self._idle.pop()
-                if not conn.is_closed():
-                    return conn
-                self._size -= 1  # it died idle
+            conn = self._pop_idle()
+            if conn is not None:
+                return conn
             if self._size < self._max_size:
                 self._size += 1
                 try:
@@ -101,18 +108,16 @@ class Pool:
             except BaseException:
                 self._discard(conn)
                 raise
-        await self._give_back(conn)
+        if self._give_back(conn):
+            await _let_the_waiter_run()
 
-    async def _give_back(self, conn: Connection) -> None:
+    def _give_back(self, conn: Connection) -> bool:
+        """Put `conn` back (or drop it); True if that woke a waiter."""
         if self._closed or conn.is_closed() or conn.is_in_transaction():
             self._discard(conn)
-            return
+            return False
         self._idle.append(conn)
-        if self._wake():
-            # Let the waiter take it and send its statement before this task goes on
-            # to write its answer: otherwise the connection idles meanwhile (serve, 16
-            # clients on 4 connections: 8% fewer claims, measured).
-            await asyncio.sleep(0)
+        return self._wake()
 
     def _wake(self) -> bool:
         """Wake the first waiter to look again (whoever runs first takes the connection,
@@ -155,13 +160,18 @@ class Pool:
     async def _run(
         self, method: Callable[..., Awaitable[T]], query: str, args: tuple[Any, ...]
     ) -> T:
-        conn = await self._take()
+        # The idle stack inline: a statement that finds a connection free awaits nothing
+        # but the statement (a coroutine less to take it, one less to give it back).
+        conn = None if self._closed else self._pop_idle()
+        if conn is None:
+            conn = await self._take()
         try:
             result = await method(conn, query, *args)
         except BaseException as exc:
             await self._after(conn, exc)
             raise
-        await self._give_back(conn)
+        if self._give_back(conn):
+            await _let_the_waiter_run()
         return result
 
     async def _after(self, conn: Connection, exc: BaseException) -> None:
@@ -220,6 +230,13 @@ class _Checkout:
             await self.pool.release(conn)
         else:
             await self.pool._after(conn, exc)
+
+
+async def _let_the_waiter_run() -> None:
+    """Yield once, so that a waiter woken for a given-back connection takes it and sends its
+    statement before this task goes on to write its answer: otherwise the connection idles
+    meanwhile (serve, 16 clients on 4 connections: 8% fewer claims, measured)."""
+    await asyncio.sleep(0)
 
 
 def _may_be_busy(exc: BaseException) -> bool:
