@@ -88,27 +88,38 @@ class Store:
         self.attempts = 4 if isinstance(pool, Pool) else 1
 
     async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
-        rows: list[asyncpg.Record] = await self._run(self.pool.fetch, name, args)
+        # try/except, not translated_errors(): a context manager per statement cost more
+        # than the rest of this method on the request path.
+        try:
+            rows: list[asyncpg.Record] = await self.pool.fetch(QUERIES[name], *args)
+        except Exception as exc:
+            rows = await self._after_error(exc, self.pool.fetch, name, args)
         return rows
 
     async def fetchrow(self, name: str, *args: Any) -> asyncpg.Record | None:
-        row: asyncpg.Record | None = await self._run(self.pool.fetchrow, name, args)
+        try:
+            row: asyncpg.Record | None = await self.pool.fetchrow(QUERIES[name], *args)
+        except Exception as exc:
+            row = await self._after_error(exc, self.pool.fetchrow, name, args)
         return row
 
-    async def _run(
-        self, method: Callable[..., Awaitable[T]], name: str, args: tuple[Any, ...]
+    async def _after_error(
+        self,
+        exc: Exception,
+        method: Callable[..., Awaitable[T]],
+        name: str,
+        args: tuple[Any, ...],
     ) -> T:
-        # try/except, not translated_errors(): a context manager per statement cost more
-        # than the rest of this method on the request path.
-        query, tries = QUERIES[name], self.attempts
-        while True:
+        """Run the statement again after a rollback of the whole of it (a deadlock or a
+        serialization failure), a few times; otherwise raise the ledger's error for `exc`."""
+        tries = self.attempts - 1
+        while tries > 0 and isinstance(exc, asyncpg.TransactionRollbackError):
             tries -= 1
             try:
-                return await method(query, *args)
-            except Exception as exc:
-                if tries > 0 and isinstance(exc, asyncpg.TransactionRollbackError):
-                    continue  # rolled back whole: run it again
-                error = translate(exc)
-                if error is None:
-                    raise
-                raise error from exc
+                return await method(QUERIES[name], *args)
+            except Exception as again:
+                exc = again
+        error = translate(exc)
+        if error is None:
+            raise exc
+        raise error from exc

@@ -110,6 +110,11 @@ async def claim_next(request: Request, svc: LedgerDep, caller: Agent) -> Respons
     With `wait_seconds`, waits until a unit becomes claimable; `unit` is null when none
     did in time. Use the returned `attempt.id` for heartbeats, cost and fencing."""
     body = await json_body(request, ClaimIn)
+    if body.wait_seconds == 0:
+        # No long-poll: no place in the waiters' queue either (a claim that will not wait
+        # needs no turn, and a wake-up meant for a waiter never lands on it).
+        claim = await svc.claim(caller.agent, domain=body.domain, lease_seconds=body.lease_seconds)
+        return _claim_out(request, claim)
     notifier: Notifier = request.app.state.notifier
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.wait_seconds
