@@ -3,13 +3,15 @@ run.py; a throwaway server). Each kind has a connection (so a backend) of its ow
 kinds take turns in batches on one database, and the CPU their backends used (from
 /proc, so the server must run on this machine) is summed over the batches after the first.
 
-    uv run --group bench python bench/statement_cpu.py [--step claim|start] [--rounds 20]
+    uv run --group bench python bench/statement_cpu.py [--step claim|start|life] [--rounds 20]
 
 `--step claim`: the hand-written claim (bench/raw.sql `ledger_claim`), `claim_unit`, and
 `claim_next_unit` (what Ledger.claim runs first). `--step start`: each kind's claim then,
 timed, its start: `ledger_finish`, `transition_unit` (how the service started before
-`start_unit`), `start_unit`. One connection per kind, one claim at a time: this measures
-the statement, not the queueing of many.
+`start_unit`), `start_unit`. `--step life`: the five steps of the claims section's life,
+each timed on its own, the hand-written statements (`raw_ledger_life`) against the
+product's (`ledger_sql_life`: what Ledger runs). One connection per kind, one statement at
+a time: this measures the statement, not the queueing of many.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import shutil
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from claims import LEASE_SECONDS, RAW, seed_ledger
+from claims import EVIDENCE, LEASE_SECONDS, RAW, seed_ledger
 from harness import Server, load_average, start_embedded
 
 from work_ledger.db.connect import connect
@@ -58,6 +61,66 @@ def _start(kind: str, agent: str, row: Any) -> tuple[str, tuple[Any, ...]]:
     return QUERIES["start_unit"], (unit, ["claimed"], agent, attempt, agent)
 
 
+# --step life: per kind, each step's statement and arguments from (agent, unit, attempt).
+Step = Callable[[str, Any, Any], tuple[str, tuple[Any, ...]]]
+LIFE: dict[str, dict[str, Step]] = {
+    "hand-written": {
+        "claim": lambda a, u, t: (RAW["ledger_claim"], (a, LEASE_SECONDS)),
+        "start": lambda a, u, t: (RAW["ledger_finish"], (u, t, a)),
+        "cost": lambda a, u, t: (RAW["ledger_cost"], (t, a, 125)),
+        "verify": lambda a, u, t: (RAW["ledger_verify"], (u, t, a, EVIDENCE)),
+        "dispose": lambda a, u, t: (RAW["ledger_dispose"], (u, t, a)),
+    },
+    "product": {
+        "claim": lambda a, u, t: (QUERIES["claim_next_unit"], (a, None, LEASE_SECONDS)),
+        "start": lambda a, u, t: (QUERIES["start_unit"], (u, ["claimed"], a, t, a)),
+        "cost": lambda a, u, t: (QUERIES["record_cost"], (t, 125, a, a)),
+        "verify": lambda a, u, t: (
+            QUERIES["verify_unit"],
+            (u, ["in_progress"], a, t, EVIDENCE, {}, a),
+        ),
+        "dispose": lambda a, u, t: (QUERIES["dispose_verified_unit"], (u, a, t, None, None, a)),
+    },
+}
+
+
+def _ids(row: Any) -> tuple[Any, Any]:
+    if "unit_id" in row:  # the hand-written claim
+        return row["unit_id"], row["attempt_id"]
+    return row["unit"]["id"], row["attempt"]["id"]
+
+
+async def _life(url: str, rounds: int, batch: int) -> None:
+    """Server CPU per step of the life: each step run for a batch of units at a time."""
+    conns = {kind: await connect(url) for kind in LIFE}
+    pids = {kind: await conn.fetchval("SELECT pg_backend_pid()") for kind, conn in conns.items()}
+    used = {kind: dict.fromkeys(LIFE[kind], 0.0) for kind in LIFE}
+    for round_no in range(rounds):
+        for kind, steps in LIFE.items():
+            conn, pid = conns[kind], pids[kind]
+            lives = [[f"{kind}-{uuid.uuid4().hex[:8]}", None, None] for _ in range(batch)]
+            for name, step in steps.items():
+                before = _cpu_seconds(pid)
+                for life in lives:
+                    statement, values = step(*life)
+                    row = await conn.fetchrow(statement, *values)
+                    if name == "claim":
+                        assert row is not None, kind
+                        life[1], life[2] = _ids(row)
+                if round_no > 0:  # the first round prepares and warms up
+                    used[kind][name] += _cpu_seconds(pid) - before
+    for conn in conns.values():
+        await conn.close()
+    n = batch * (rounds - 1)
+    hand, product = used["hand-written"], used["product"]
+    print("\n| life step | hand-written ms | product ms | hand-written ÷ product |")
+    print("|---|---:|---:|---:|")
+    for name in (*hand, "total"):
+        h = sum(hand.values()) if name == "total" else hand[name]
+        q = sum(product.values()) if name == "total" else product[name]
+        print(f"| {name} | {1000 * h / n:.3f} | {1000 * q / n:.3f} | {h / q:.2f} |")
+
+
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -65,7 +128,7 @@ def _cpu_seconds(pid: int) -> float:
 
 async def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--step", choices=["claim", "start"], default="claim")
+    p.add_argument("--step", choices=["claim", "start", "life"], default="claim")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--batch", type=int, default=100)
     args = p.parse_args()
@@ -78,6 +141,10 @@ async def main() -> None:
             seed = await connect(url)
             await seed_ledger(seed, len(CLAIMS) * args.batch * args.rounds + 1000)
             await seed.close()
+            if args.step == "life":
+                await _life(url, args.rounds, args.batch)
+                print(f"load average at end: {load_average()}")
+                return
             conns = {k: await connect(url) for k in CLAIMS}
             pids = {k: await c.fetchval("SELECT pg_backend_pid()") for k, c in conns.items()}
             used = dict.fromkeys(CLAIMS, 0.0)
