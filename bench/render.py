@@ -1,9 +1,12 @@
 """Render the Markdown tables of one or more runs' JSON (later files add their sections).
 
-    python bench/render.py bench/results/run-A.json [bench/results/run-B.json]
+    python bench/render.py [--pool] bench/results/run-A.json [bench/results/run-B.json]
 
 With several files, each section is taken from the last file that has it, and the goals
 and ratios are recomputed over the merged figures; the header names every source run.
+With `--pool`, the runs measured the same code: every repetition of every run counts, each
+figure the median of them all (a steadier verdict than one run's three repetitions, when
+the machine's speed drifts by ±10 % between runs).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import goals
 import report
+from harness import median_of
 
 SECTIONS = ("claims", "diagnostics", "http", "longpoll", "soak", "scale")
 
@@ -39,9 +43,33 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     return merged
 
 
-def main() -> None:
-    paths = [Path(p) for p in sys.argv[1:]]
+def pool(paths: list[Path]) -> dict[str, Any]:
+    """`merge`, with each measured section's repetitions those of all the runs together."""
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
     merged = merge(paths)
+    for section in SECTIONS:
+        with_reps = [run[section] for run in runs if "runs" in run.get(section, {})]
+        if len(with_reps) < 2:
+            continue
+        reps: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for measured in with_reps:
+            for name, by_c in measured["runs"].items():
+                for c, samples in by_c.items():
+                    reps.setdefault(name, {}).setdefault(c, []).extend(samples)
+        medians = {name: {c: median_of(s) for c, s in by_c.items()} for name, by_c in reps.items()}
+        merged[section] = {**merged[section], "runs": reps, "median": medians}
+    levels = [int(x) for x in merged["options"]["concurrency"].split(",")]
+    merged["goals"] = goals.evaluate(merged, levels)
+    merged["ratios"] = goals.cost_ratios(merged, levels)
+    merged["sources"] = [f"`{p.name}` (pooled: every repetition)" for p in paths]
+    return merged
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    pooled = "--pool" in args
+    paths = [Path(p) for p in args if p != "--pool"]
+    merged = pool(paths) if pooled else merge(paths)
     text = report.markdown(merged, paths[0].name)
     if len(paths) > 1:
         text = "Sections from: " + "; ".join(merged["sources"]) + ".\n\n" + text
