@@ -275,7 +275,8 @@ FROM unit JOIN work_unit_attempts AS a ON a.id = unit.attempt_id;
 
 -- name: verify_unit
 -- in_progress → verified with an evidence link; the attempt ends verified. transition_unit
--- can do this too; this statement does only it (a third less server CPU, bench/README).
+-- can do this too; this statement does only it (a seventh less of PostgreSQL's CPU,
+-- bench/RESULTS.md).
 -- $1 unit, $2 the states it may leave ({in_progress}: a parameter, as in start_unit), $3
 -- holder or null (privileged), $4 fenced attempt or null, $5 evidence url, $6 event detail,
 -- $7 acting principal. As start_unit, one UPDATE and no lock taken before it: the live
@@ -451,7 +452,7 @@ SELECT unit FROM unit;
 
 -- name: dispose_verified_unit
 -- verified → done, MIGRATED: dispose_unit's commonest case, doing only what it needs (a
--- third less server CPU, bench/README). A verified unit's last attempt has ended verified
+-- quarter less of PostgreSQL's CPU, bench/RESULTS.md). A verified unit's last attempt has ended verified
 -- and it has no open question (only a blocked unit has one), so nothing else closes; the
 -- event says what dispose_unit's would. $1 unit, $2 holder or null (privileged): only the
 -- agent whose attempt verified it, $3 fenced attempt or null, $4 evidence url or null,
