@@ -349,7 +349,8 @@ class Ledger(LedgerReads):
         unit_id = await self.resolve(unit_ref)
         leaving = states_disposable_as(disposition)
         if disposition is Disposition.MIGRATED:
-            args: tuple[object, ...] = (
+            row = await self.store.fetchrow(
+                "dispose_verified_unit",
                 unit_id,
                 actor.holder,
                 attempt_id,
@@ -357,9 +358,9 @@ class Ledger(LedgerReads):
                 reason,
                 actor.name,
             )
-            row = await self.store.fetchrow("dispose_verified_unit", *args)
         else:
-            args = (
+            row = await self.store.fetchrow(
+                "dispose_unit",
                 unit_id,
                 disposition,
                 leaving,
@@ -369,7 +370,6 @@ class Ledger(LedgerReads):
                 reason,
                 actor.name,
             )
-            row = await self.store.fetchrow("dispose_unit", *args)
         if row is None:
             raise await self._refused(
                 unit_id, actor, f"dispose {disposition}", leaving, attempt_id, after_verify=True
