@@ -17,6 +17,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from work_ledger.cli import console
 from work_ledger.db.connect import connect, create_pool, ensure_database, with_database
 from work_ledger.db.embedded import embedded_server_url
 from work_ledger.db.pool import Pool
@@ -82,6 +83,15 @@ async def raw(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     await conn.close()
 
 
+@pytest.fixture(autouse=True)
+def _consoles_made_per_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's rich consoles are made on first use and keep the width they were made
+    with (COLUMNS, which an xdist worker sets to 80): each test's CLI output is drawn at
+    the width its own environment asks for."""
+    for lazy in (console.console, console.err_console):
+        monkeypatch.setattr(lazy, "_console", None)
+
+
 _OWN_TEMPROOT = "wl-pytest-"
 
 
@@ -97,6 +107,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the root is shared with the other workers until the run ends
     root = os.environ.get("PYTEST_DEBUG_TEMPROOT", "")
     if Path(root).name.startswith(_OWN_TEMPROOT):
         shutil.rmtree(root, ignore_errors=True)

@@ -47,12 +47,13 @@ async def test_a_deadlocked_statement_runs_again(
     finally:
         await pool.close()
     assert [row["first"] for row in rows if row is not None] == [1, 2]
-    # The statistics reach pg_stat_database within a second or so.
+    # The statistics reach pg_stat_database within a second or so. At least one deadlock:
+    # under load the two can meet more than once before both get through.
     for _ in range(100):
         if await _deadlocks(raw) > before:
             break
         await asyncio.sleep(0.1)
-    assert await _deadlocks(raw) == before + 1
+    assert await _deadlocks(raw) > before
 
 
 async def test_a_statement_that_keeps_deadlocking_is_unavailable(
