@@ -4,6 +4,7 @@ kinds take turns in batches on one database, and the CPU their backends used (fr
 /proc, so the server must run on this machine) is summed over the batches after the first.
 
     uv run --group bench python bench/statement_cpu.py [--step claim|start|life] [--rounds 20]
+        [--batch 100] [--workers 1]
 
 `--step claim`: the hand-written claim (bench/raw.sql `ledger_claim`), `claim_unit`, and
 `claim_next_unit` (what Ledger.claim runs first). `--step start`: each kind's claim then,
@@ -11,7 +12,9 @@ timed, its start: `ledger_finish`, `transition_unit` (how the service started be
 `start_unit`), `start_unit`. `--step life`: the five steps of the claims section's life,
 each timed on its own, the hand-written statements (`raw_ledger_life`) against the
 product's (`ledger_sql_life`: what Ledger runs). One connection per kind, one statement at
-a time: this measures the statement, not the queueing of many.
+a time: this measures the statement, not the queueing of many. With `--workers N`, N
+connections per kind run each step at once (the batch shared among them), their backends'
+CPU summed: the statements' cost when they contend, as in the claims section at c=N.
 """
 
 from __future__ import annotations
@@ -90,29 +93,40 @@ def _ids(row: Any) -> tuple[Any, Any]:
     return row["unit"]["id"], row["attempt"]["id"]
 
 
-async def _life(url: str, rounds: int, batch: int) -> None:
-    """Server CPU per step of the life: each step run for a batch of units at a time."""
-    conns = {kind: await connect(url) for kind in LIFE}
-    pids = {kind: await conn.fetchval("SELECT pg_backend_pid()") for kind, conn in conns.items()}
+async def _life(url: str, rounds: int, batch: int, workers: int) -> None:
+    """Server CPU per step of the life: each step run for a batch of units at a time, by
+    `workers` connections at once (each taking its share of the batch in turn)."""
+    conns = {kind: [await connect(url) for _ in range(workers)] for kind in LIFE}
+    pids = {
+        kind: [await conn.fetchval("SELECT pg_backend_pid()") for conn in kind_conns]
+        for kind, kind_conns in conns.items()
+    }
     used = {kind: dict.fromkeys(LIFE[kind], 0.0) for kind in LIFE}
+
+    async def run_step(conn: Any, step: Step, name: str, lives: list[list[Any]]) -> None:
+        for life in lives:
+            statement, values = step(*life)
+            row = await conn.fetchrow(statement, *values)
+            if name == "claim":
+                assert row is not None
+                life[1], life[2] = _ids(row)
+
     for round_no in range(rounds):
         for kind, steps in LIFE.items():
-            conn, pid = conns[kind], pids[kind]
             lives = [[f"{kind}-{uuid.uuid4().hex[:8]}", None, None] for _ in range(batch)]
+            shares = [lives[w::workers] for w in range(workers)]
             for name, step in steps.items():
-                before = _cpu_seconds(pid)
-                for life in lives:
-                    statement, values = step(*life)
-                    row = await conn.fetchrow(statement, *values)
-                    if name == "claim":
-                        assert row is not None, kind
-                        life[1], life[2] = _ids(row)
+                before = sum(_cpu_seconds(pid) for pid in pids[kind])
+                pairs = zip(conns[kind], shares, strict=True)
+                await asyncio.gather(*(run_step(c, step, name, share) for c, share in pairs))
                 if round_no > 0:  # the first round prepares and warms up
-                    used[kind][name] += _cpu_seconds(pid) - before
-    for conn in conns.values():
-        await conn.close()
+                    used[kind][name] += sum(_cpu_seconds(pid) for pid in pids[kind]) - before
+    for kind_conns in conns.values():
+        for conn in kind_conns:
+            await conn.close()
     n = batch * (rounds - 1)
     hand, product = used["hand-written"], used["product"]
+    print(f"\n{workers} connection(s) per kind")
     print("\n| life step | hand-written ms | product ms | hand-written ÷ product |")
     print("|---|---:|---:|---:|")
     for name in (*hand, "total"):
@@ -131,6 +145,9 @@ async def main() -> None:
     p.add_argument("--step", choices=["claim", "start", "life"], default="claim")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--batch", type=int, default=100)
+    p.add_argument(
+        "--workers", type=int, default=1, help="--step life: connections per kind at once"
+    )
     args = p.parse_args()
     home = Path(tempfile.mkdtemp(prefix="wl-stmt-cpu-"))
     try:
@@ -142,7 +159,7 @@ async def main() -> None:
             await seed_ledger(seed, len(CLAIMS) * args.batch * args.rounds + 1000)
             await seed.close()
             if args.step == "life":
-                await _life(url, args.rounds, args.batch)
+                await _life(url, args.rounds, args.batch, args.workers)
                 print(f"load average at end: {load_average()}")
                 return
             conns = {k: await connect(url) for k in CLAIMS}
