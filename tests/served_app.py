@@ -8,7 +8,6 @@ Shared by the API, SDK, projection and read tests: `settings_for` the test's dat
 from __future__ import annotations
 
 import dataclasses
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,15 +16,9 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from ports import free_port
 from work_ledger.api.connection import Limits, server_options
 from work_ledger.config import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def settings_for(database_url: str, home: Path, *, secret: str, **overrides: Any) -> Settings:

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 from wl_server import LedgerServer, settings_for, start
 
-from served_app import free_port
+from ports import free_port
 from work_ledger.cli import app
 from work_ledger.client import AsyncClient, Client
 

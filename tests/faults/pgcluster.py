@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from served import free_port
 
+from ports import free_port
 from work_ledger.db.pg_owner import DbUser, grant_search_above, server_user
 from work_ledger.db.tools import program
 

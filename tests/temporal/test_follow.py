@@ -19,7 +19,7 @@ from temporal_support import (
 )
 from temporalio.client import Client
 
-from served_app import free_port
+from ports import free_port
 from work_ledger.service import Ledger
 from work_ledger.temporal.checkpoint import FollowState
 from work_ledger.temporal.forwarder import ForwardUnavailable

@@ -1,0 +1,46 @@
+"""Local TCP ports for the servers a test starts (uvicorn, PostgreSQL, Temporal), and for
+addresses where nothing must listen.
+
+Binding port 0 and closing the socket hands back a port that anything may take before
+the test's server binds it: a server of another xdist worker, or the source port of any
+outgoing connection, since both come from the kernel's ephemeral range (32768-60999 by
+default). So ports are taken below that range instead, in a block of their own for each
+xdist worker, never the same one twice in a process, and each is checked free by binding
+it before it is handed out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+from collections.abc import Iterator
+
+FIRST = 20_000
+BLOCK = 1_500  # ports per worker: 8 blocks end at 32,000, below the ephemeral range
+BLOCKS = 8
+
+_candidates: Iterator[int] | None = None
+
+
+def worker_block(worker: str | None) -> range:
+    """The ports of xdist worker `worker` ("gw0", "gw1", …; None when not under xdist)."""
+    index = int(worker[2:]) if worker and worker.startswith("gw") else 0
+    first = FIRST + BLOCK * (index % BLOCKS)
+    return range(first, first + BLOCK)
+
+
+def free_port() -> int:
+    """A port of this worker's block that nothing on 127.0.0.1 holds now."""
+    global _candidates
+    if _candidates is None:  # xdist names the worker in the environment once it runs
+        _candidates = itertools.cycle(worker_block(os.environ.get("PYTEST_XDIST_WORKER")))
+    for _ in range(BLOCK):
+        port = next(_candidates)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # held, or still in TIME_WAIT: the next one
+            return port
+    raise RuntimeError("every port of this worker's block is held")
