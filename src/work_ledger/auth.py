@@ -38,6 +38,12 @@ OPERATOR_TOKEN_FILE = "operator.token"
 SECRET_FILE = "secret"
 
 
+def token_prefix(token: str) -> str:
+    """The prefix of a work-ledger token (`wl_<prefix>_<secret>`), "" if `token` is not one."""
+    match = _TOKEN.match(token)
+    return "" if match is None else match[1]
+
+
 class Role(StrEnum):
     AGENT = "agent"
     HARNESS = "harness"

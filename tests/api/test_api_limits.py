@@ -113,22 +113,31 @@ async def test_anonymous_body_is_401_not_parsed(make_api: MakeApi) -> None:
         assert_problem(response, 401, "unauthorized")
 
 
-async def test_failed_authentication_is_limited_per_client(make_api: MakeApi) -> None:
-    """Past its burst of failures a client gets 429 with Retry-After; a verified token
-    from the same address is still served."""
+async def test_failed_authentication_is_limited_per_client_and_token(make_api: MakeApi) -> None:
+    """Past its burst of failures with one token's prefix a client gets 429 with
+    Retry-After for that prefix; the other tokens from the same address are still served,
+    a token verified a moment ago and one never seen before alike."""
     api = await make_api(auth_failures=FailureLimiter(burst=3, per_second=0.05))
     good = await api.as_role(Role.READER, "r")
     assert (await good.get("/units")).status_code == 200  # verified: now cached
-    statuses = []
-    for n in range(6):
-        wrong = api.client(f"wl_{n:08x}_{'x' * 40}")
+    not_yet_used = await api.token(Role.READER, "r2")
+    revoked = await api.token(Role.AGENT, "gone")
+    prefix = revoked.split("_")[1]
+    await api.tokens.revoke(prefix)
+    statuses = [(await api.client(revoked).get("/units")).status_code for _ in range(3)]
+    for n in range(3):  # guessing its secret: the same prefix
+        wrong = api.client(f"wl_{prefix}_{'x' * (40 + n)}")
         statuses.append((await wrong.get("/units")).status_code)
     assert statuses == [401, 401, 401, 429, 429, 429]
-    limited = await api.client("wl_00000000_" + "y" * 40).get("/units")
+    limited = await api.client(revoked).get("/units")
     problem = assert_problem(limited, 429, "rate_limited")
     assert int(limited.headers["Retry-After"]) >= 1
     assert "Retry-After" in problem["detail"]
+    assert f"wl_{prefix}_" in problem["detail"]
     assert (await good.get("/units")).status_code == 200
+    assert (await api.client(not_yet_used).get("/units")).status_code == 200
+    other = api.client(f"wl_{'0' * 8}_{'y' * 40}")  # another prefix: a budget of its own
+    assert_problem(await other.get("/units"), 401, "unauthorized")
 
 
 class _Counted:

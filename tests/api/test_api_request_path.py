@@ -99,13 +99,15 @@ def test_free_form_depth_is_counted_without_recursion() -> None:
 
 
 def test_failure_limiter_allows_a_burst_then_refills() -> None:
-    """`burst` failures pass, the next waits about 1/per_second; other clients unaffected."""
+    """`burst` failures pass, the next waits about 1/per_second; other clients, and other
+    token prefixes from the same client, unaffected."""
     limiter = FailureLimiter(burst=2, per_second=0.5)
     for _ in range(2):
-        assert limiter.retry_after("a") == 0
-        limiter.failed("a")
-    assert limiter.retry_after("a") == 2
-    assert limiter.retry_after("b") == 0
+        assert limiter.retry_after(("a", "0badc0de")) == 0
+        limiter.failed(("a", "0badc0de"))
+    assert limiter.retry_after(("a", "0badc0de")) == 2
+    assert limiter.retry_after(("b", "0badc0de")) == 0
+    assert limiter.retry_after(("a", "5ca1ab1e")) == 0
 
 
 @pytest.fixture

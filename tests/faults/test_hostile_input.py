@@ -626,8 +626,7 @@ async def test_schemathesis_fuzz_finds_no_server_error(target: Target) -> None:
 
 async def test_malformed_truncated_and_forged_tokens_are_401(target: Target) -> None:
     """Every bad token on a write and a read: 401 (or, once this client has failed its
-    burst of authentications, 429 rate_limited), nothing changed. Last in the module: the
-    flood spends this client's budget, and a valid token not yet cached would get 429."""
+    burst of authentications with one prefix, 429 rate_limited), nothing changed."""
     refused = 0
     for header in _bad_tokens(target):
         headers = {"Authorization": header} if header else {}

@@ -47,7 +47,7 @@ from work_ledger.api.keyed import (
     stored,
 )
 from work_ledger.api.ratelimit import FailureLimiter
-from work_ledger.auth import Principal, Role, TokenStore
+from work_ledger.auth import Principal, Role, TokenStore, token_prefix
 from work_ledger.db.store import translated_errors
 from work_ledger.domain import Actor
 from work_ledger.errors import Forbidden, RateLimited, Unauthorized, WorkLedgerError
@@ -144,24 +144,28 @@ def _auth_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str, str | None]:
 
 async def _verified(request: Request, token: str) -> Principal:
     """The token's principal: from the cache, else looked up unless this client has
-    failed too often (429)."""
+    failed too often with this token's prefix (429)."""
     tokens: TokenStore = request.app.state.tokens
     found = tokens.cached(token)
     if found is not None:
         return found
     limiter: FailureLimiter = request.app.state.auth_failures
     client = request.client.host if request.client is not None else ""
-    wait = limiter.retry_after(client)
+    # Counted per address and prefix: a fleet's agents often share one host's address, and
+    # one of them retrying a revoked token in a loop must not lock the others out.
+    prefix = token_prefix(token)
+    wait = limiter.retry_after((client, prefix))
     if wait:
+        which = f"token wl_{prefix}_…" if prefix else "tokens that are not work-ledger tokens"
         raise RateLimited(
-            f"too many failed authentications from {client}; wait {wait} s (Retry-After) and "
-            "send a valid token from `work-ledger token create`",
+            f"too many failed authentications from {client} with {which}; wait {wait} s "
+            "(Retry-After) and send a valid token from `work-ledger token create`",
             extra={"retry_after": wait},
         )
     try:
         return await tokens.verify(token)
     except Unauthorized:
-        limiter.failed(client)
+        limiter.failed((client, prefix))
         raise
 
 
