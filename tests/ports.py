@@ -5,8 +5,8 @@ Binding port 0 and closing the socket hands back a port that anything may take b
 the test's server binds it: a server of another xdist worker, or the source port of any
 outgoing connection, since both come from the kernel's ephemeral range (32768-60999 by
 default). So ports are taken below that range instead, in a block of their own for each
-xdist worker, never the same one twice in a process, and each is checked free by binding
-it before it is handed out.
+xdist worker, handed out in turn (a port comes round again only after the other 1,499 of
+the block), and each is checked free by binding it before it is handed out.
 """
 
 from __future__ import annotations

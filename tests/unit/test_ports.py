@@ -1,5 +1,5 @@
 """The test servers' ports: one block per xdist worker, below the kernel's ephemeral range,
-never handed out twice, never one that is held."""
+handed out in turn, never one that is held."""
 
 from __future__ import annotations
 
