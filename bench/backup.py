@@ -27,12 +27,12 @@ from typing import Any
 
 import httpx
 
-from work_ledger.auth import Role, TokenStore
 from work_ledger.db.connect import DATABASE_NAME, connect, create_pool, with_database
-from work_ledger.db.embedded import embedded_server_url
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import Store
+from work_ledger.embedded.server import embedded_server_url
 from work_ledger.runtime import migrate_database
+from work_ledger.service.tokens import Role, TokenStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "faults"))
 from served import Served

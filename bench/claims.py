@@ -26,8 +26,8 @@ from harness import Operation
 from work_ledger.db.connect import connect, create_pool
 from work_ledger.db.queries import QUERIES, parse_named_sql
 from work_ledger.db.store import Store
-from work_ledger.domain import Actor, Disposition
-from work_ledger.service import Ledger
+from work_ledger.domain.model import Actor, Disposition
+from work_ledger.service.ledger import Ledger
 
 RAW = parse_named_sql((Path(__file__).parent / "raw.sql").read_text(encoding="utf-8"))
 LEASE_SECONDS = 900

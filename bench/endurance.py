@@ -26,7 +26,7 @@ import httpbench
 from claims import EVIDENCE, ledger_over_pool, seed_ledger
 from harness import Server, percentile
 
-from work_ledger.domain import Actor, Disposition
+from work_ledger.domain.model import Actor, Disposition
 
 TABLES = ("work_units", "work_unit_attempts", "work_unit_events", "blocking_questions")
 INSERT_BATCH = (

@@ -34,7 +34,7 @@ _CONFIGURE = """
 import asyncio, sys
 from pathlib import Path
 import asyncpg
-from work_ledger.db.embedded import embedded_server_url
+from work_ledger.embedded.server import embedded_server_url
 
 async def main() -> None:
     conn = await asyncpg.connect(embedded_server_url(Path(sys.argv[1])))
@@ -52,7 +52,7 @@ def start_embedded(home: Path) -> str:
     (which needs a restart); when it exits, the server stops with it, and this process
     starts it again with the setting in force.
     """
-    from work_ledger.db.embedded import embedded_server_url
+    from work_ledger.embedded.server import embedded_server_url
 
     script = _CONFIGURE.replace("{max_connections}", str(MAX_CONNECTIONS))
     subprocess.run([sys.executable, "-c", script, str(home)], check=True)

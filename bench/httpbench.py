@@ -159,8 +159,8 @@ async def build_token_template(server: Server, agents: int, home: Path) -> list[
     the last stdout line); the rest by the same TokenStore.create the command calls, in
     process, because starting the CLI once per agent would take minutes.
     """
-    from work_ledger.auth import Role, TokenStore
     from work_ledger.db.store import Store
+    from work_ledger.service.tokens import Role, TokenStore
 
     admin = await asyncpg.connect(server.admin_url)
     try:

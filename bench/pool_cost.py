@@ -34,7 +34,7 @@ from harness import Server, start_embedded
 from work_ledger.db.connect import _init_connection, connect, create_pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import Store
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
 
 CLAIM = QUERIES["claim_next_unit"]
 # One fresh agent per claim across the whole run: an agent still holding a unit would be

@@ -29,8 +29,8 @@ from harness import Operation, Server, measure, median_of, percentile
 from work_ledger.db.connect import connect, create_pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import Store
-from work_ledger.domain import Actor, Disposition
-from work_ledger.service import Ledger
+from work_ledger.domain.model import Actor, Disposition
+from work_ledger.service.ledger import Ledger
 
 REPLENISH = "INSERT INTO work_units (external_ref, fleet) VALUES ($1, 'bench')"
 PAGE = 100

@@ -48,13 +48,13 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from work_ledger.auth import Role, TokenStore
 from work_ledger.db.connect import create_pool, ensure_database, with_database
-from work_ledger.db.embedded import embedded_server_url
 from work_ledger.db.store import Store
-from work_ledger.domain import Actor, NewUnit
+from work_ledger.domain.model import Actor, NewUnit
+from work_ledger.embedded.server import embedded_server_url
 from work_ledger.runtime import migrate_database
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
+from work_ledger.service.tokens import Role, TokenStore
 from work_ledger.temporal.checkpoint import FollowState
 from work_ledger.temporal.executions import TemporalReader
 from work_ledger.temporal.follower import Follower, FollowSettings, PassReport

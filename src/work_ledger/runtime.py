@@ -9,8 +9,8 @@ from work_ledger.config import Settings
 from work_ledger.db.connect import connect, create_pool, resolve_database_url
 from work_ledger.db.migrate import apply_migrations
 from work_ledger.db.store import Store
-from work_ledger.readside import store_settings
-from work_ledger.service import Ledger
+from work_ledger.readside.roles import store_settings
+from work_ledger.service.ledger import Ledger
 
 
 async def migrate_database(url: str) -> list[str]:

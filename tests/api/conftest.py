@@ -8,11 +8,11 @@ from typing import Any
 
 import httpx
 import pytest
-from api_support import Api, MakeApi, Running, settings_for, start_server, stop_server
 
+from support.api_support import Api, MakeApi, Running, settings_for, start_server, stop_server
 from work_ledger.api.connection import Limits
 from work_ledger.api.ratelimit import FailureLimiter
-from work_ledger.auth import Role
+from work_ledger.service.tokens import Role
 
 
 @pytest.fixture

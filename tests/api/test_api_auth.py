@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import httpx
-from api_support import SECRET, Api, assert_problem, claimed, register
 
-from work_ledger.auth import CACHE_SECONDS, Role, TokenStore
+from support.api_support import SECRET, Api, assert_problem, claimed, register
+from work_ledger.service.tokens import CACHE_SECONDS, Role, TokenStore
 
 NOWHERE = "00000000-0000-4000-8000-000000000000"
 READS = [

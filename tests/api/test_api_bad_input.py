@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from api_support import Api, MakeApi, assert_problem, claimed, register
 
-from work_ledger.auth import Role
+from support.api_support import Api, MakeApi, assert_problem, claimed, register
+from work_ledger.service.tokens import Role
 
 JSON = {"Content-Type": "application/json"}
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from api_support import Api, register
 
-from work_ledger.auth import Role
+from support.api_support import Api, register
+from work_ledger.service.tokens import Role
 
 
 async def test_64_http_claimers_20_units_20_distinct_winners(

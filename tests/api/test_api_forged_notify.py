@@ -7,10 +7,10 @@ import uuid
 
 import asyncpg
 import httpx
-from api_support import Api, claimed, register
 
-from work_ledger.auth import Role
-from work_ledger.readside import grant_reader
+from support.api_support import Api, claimed, register
+from work_ledger.readside.roles import grant_reader
+from work_ledger.service.tokens import Role
 
 
 async def _as_reader(database_url: str, raw: asyncpg.Connection) -> asyncpg.Connection:

@@ -7,11 +7,11 @@ import stat
 
 import httpx
 import pytest
-from api_support import Api, MakeApi, assert_problem, register, settings_for
 from structlog.testing import capture_logs
 
+from support.api_support import Api, MakeApi, assert_problem, register, settings_for
 from work_ledger.api.app import create_app
-from work_ledger.auth import OPERATOR_TOKEN_FILE, Role
+from work_ledger.service.tokens import OPERATOR_TOKEN_FILE, Role
 
 
 async def test_healthz_and_readyz_need_no_token(api: Api) -> None:

@@ -8,9 +8,9 @@ from typing import Any
 
 import asyncpg
 import httpx
-from api_support import Api, assert_problem, claimed, register
 
-from work_ledger.auth import Role
+from support.api_support import Api, assert_problem, claimed, register
+from work_ledger.service.tokens import Role
 
 
 async def _events(operator: httpx.AsyncClient) -> int:

@@ -6,10 +6,10 @@ import asyncio
 
 import asyncpg
 import httpx
-from api_support import Api, register
 
+from support.api_support import Api, register
 from work_ledger.api.longpoll import Notifier
-from work_ledger.auth import Role
+from work_ledger.service.tokens import Role
 
 WAITING_ON_A_LOCK = (
     "SELECT pid FROM pg_stat_activity WHERE application_name = 'work-ledger' "

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import httpx
-from api_support import Api, register
 
-from work_ledger.auth import Role
+from support.api_support import Api, register
+from work_ledger.service.tokens import Role
 
 PROBLEM = "application/problem+json"
 

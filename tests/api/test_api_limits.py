@@ -9,14 +9,14 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
-from api_support import SECRET, Api, MakeApi, assert_problem
 
+from support.api_support import SECRET, Api, MakeApi, assert_problem
 from work_ledger.api.connection import Limits
 from work_ledger.api.ratelimit import FailureLimiter
-from work_ledger.auth import Role, TokenStore
 from work_ledger.db.pool import Pool
 from work_ledger.db.store import Store
 from work_ledger.errors import Unauthorized
+from work_ledger.service.tokens import Role, TokenStore
 
 SHORT = Limits(max_head_bytes=4096, head_seconds=0.5, body_seconds=0.5)
 CLOSED_WITHIN = 10.0  # the deadlines above are 0.5 s: 20x generous

@@ -13,10 +13,10 @@ import time
 
 import httpx
 import pytest
-from api_support import Api, claimed, register, until
 
+from support.api_support import Api, claimed, register, until
 from work_ledger.api import longpoll
-from work_ledger.auth import Role
+from work_ledger.service.tokens import Role
 
 WAIT = 20  # wait_seconds of a waiter that must be woken; it never runs out in a passing test
 

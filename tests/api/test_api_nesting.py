@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from api_support import Api, assert_problem
 
+from support.api_support import Api, assert_problem
 from work_ledger.api.wire import MAX_FREE_DEPTH
-from work_ledger.auth import Role
+from work_ledger.service.tokens import Role
 
 JSON = {"Content-Type": "application/json"}
 

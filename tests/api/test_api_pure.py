@@ -6,9 +6,9 @@ import pytest
 
 from work_ledger.api.app import is_loopback
 from work_ledger.api.deps import acting_agent
-from work_ledger.auth import Principal, Role, load_secret
 from work_ledger.errors import Forbidden, InvalidInput
-from work_ledger.idempotency import check_key, request_hash
+from work_ledger.service.idempotency import check_key, request_hash
+from work_ledger.service.tokens import Principal, Role, load_secret
 
 AGENT = Principal("0123abcd", Role.AGENT, "agent-1")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from api_support import Api, assert_problem, assert_refused, claimed, register
 
-from work_ledger.auth import Role
+from support.api_support import Api, assert_problem, assert_refused, claimed, register
+from work_ledger.service.tokens import Role
 
 VERIFY = {"to": "verified", "evidence_url": "https://ci.example/run/9"}
 

@@ -28,7 +28,7 @@ from work_ledger.api.direct import DirectRoutes, direct
 from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.api.routes import attempts
 from work_ledger.config import Settings
-from work_ledger.domain import (
+from work_ledger.domain.model import (
     Attempt,
     Claim,
     Disposition,

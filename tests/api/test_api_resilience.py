@@ -8,11 +8,11 @@ import time
 import asyncpg
 import httpx
 import pytest
-from api_support import Api, register, until
 
+from support.api_support import Api, register, until
 from work_ledger.api import longpoll
-from work_ledger.auth import Role
-from work_ledger.idempotency import request_hash
+from work_ledger.service.idempotency import request_hash
+from work_ledger.service.tokens import Role
 
 
 async def test_listener_reconnects_after_its_connection_is_killed(

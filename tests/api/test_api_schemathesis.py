@@ -15,7 +15,6 @@ from typing import Any
 import hypothesis
 import hypothesis.errors
 import schemathesis
-from api_support import Api, register
 from hypothesis import HealthCheck, Phase
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -25,7 +24,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from work_ledger.auth import Role
+from support.api_support import Api, register
+from work_ledger.service.tokens import Role
 
 EXAMPLES = int(os.environ.get("WL_FUZZ_EXAMPLES", "10"))
 CHECKS = [

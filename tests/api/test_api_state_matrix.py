@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from api_support import Api, assert_refused
 
-from work_ledger.auth import Role
-from work_ledger.domain import DISPOSITIONS_FROM, Disposition, State
+from support.api_support import Api, assert_refused
+from work_ledger.domain.model import DISPOSITIONS_FROM, Disposition, State
+from work_ledger.service.tokens import Role
 
 EVIDENCE = "https://ci.example/run/1"
 ACTIONS: dict[str, tuple[str, dict[str, Any], frozenset[State]]] = {

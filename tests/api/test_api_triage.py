@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
-from api_support import Api, assert_problem, assert_refused, claimed, register
 
-from work_ledger.auth import Role
+from support.api_support import Api, assert_problem, assert_refused, claimed, register
+from work_ledger.service.tokens import Role
 
 ROUNDS = 5
 

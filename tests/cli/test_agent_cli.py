@@ -12,8 +12,7 @@ from typer.testing import CliRunner, Result
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
 
-from wl_server import LedgerServer, quiet_access_log, settings_for, start
-
+from support.wl_server import LedgerServer, quiet_access_log, settings_for, start
 from work_ledger.cli import app
 
 EVIDENCE = "https://ci.example/runs/9"

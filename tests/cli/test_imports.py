@@ -13,21 +13,20 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
 
-from wl_server import LedgerServer, quiet_access_log, settings_for, start
-
+from support.wl_server import LedgerServer, quiet_access_log, settings_for, start
 from work_ledger.client import Client
 
 # Never in a client verb: the server side, the MCP SDK, the server's libraries, and (unless
 # it draws) rich with pygments; nor httpx's own command line, which imports them with click.
 SERVER_SIDE = (
     "work_ledger.api",
-    "work_ledger.service",
+    "work_ledger.service.ledger",
     "work_ledger.db",
     "work_ledger.runtime",
-    "work_ledger.auth",
-    "work_ledger.idempotency",
+    "work_ledger.service.tokens",
+    "work_ledger.service.idempotency",
     "work_ledger.projection",
-    "work_ledger.readside",
+    "work_ledger.readside.roles",
     "work_ledger.mcp",
     "work_ledger.cli.server",
     "work_ledger.cli.tokens",

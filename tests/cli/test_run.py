@@ -16,10 +16,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
 
-from lease_history import renewals_in_time, sleep_past
 from typer.testing import CliRunner
-from wl_server import LedgerServer, quiet_access_log, settings_for, start
 
+from support.lease_history import renewals_in_time, sleep_past
+from support.wl_server import LedgerServer, quiet_access_log, settings_for, start
 from work_ledger.cli import app
 from work_ledger.client import Client
 

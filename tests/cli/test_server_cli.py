@@ -10,8 +10,8 @@ from pathlib import Path
 
 import asyncpg
 
-from work_ledger.domain import Actor, NewUnit
-from work_ledger.service import Ledger
+from work_ledger.domain.model import Actor, NewUnit
+from work_ledger.service.ledger import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
 WORK_LEDGER = str(Path(sys.executable).parent / "work-ledger")

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from wl_server import LedgerServer, ledger_server  # noqa: F401  (the shared fixture)
 
+from support.wl_server import LedgerServer, ledger_server  # noqa: F401  (the shared fixture)
 from work_ledger.client import Client
 
 

@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import pytest
-from lease_history import HEARTBEAT_FRACTION, LEASE_SECONDS, renewals_in_time, sleep_past
-from wl_server import LedgerServer
 
+from support.lease_history import HEARTBEAT_FRACTION, LEASE_SECONDS, renewals_in_time, sleep_past
+from support.wl_server import LedgerServer
 from work_ledger.client import AsyncClient, Client, NothingToClaim
 
 EVIDENCE = "https://ci.example/runs/5"

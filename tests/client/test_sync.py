@@ -11,9 +11,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from lease_history import HEARTBEAT_FRACTION, LEASE_SECONDS, renewals_in_time, sleep_past
-from wl_server import settings_for, start
 
+from support.lease_history import HEARTBEAT_FRACTION, LEASE_SECONDS, renewals_in_time, sleep_past
+from support.wl_server import settings_for, start
 from work_ledger.client import Client, NothingToClaim, Unreachable
 from work_ledger.db.connect import connect
 from work_ledger.errors import AttemptSuperseded, InvariantViolation, NotHolder

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from wl_server import LedgerServer
 
+from support.wl_server import LedgerServer
 from work_ledger.client import AsyncClient, Client
 from work_ledger.errors import InvariantViolation
 

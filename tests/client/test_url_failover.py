@@ -8,9 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 from typer.testing import CliRunner
-from wl_server import LedgerServer, settings_for, start
 
-from ports import free_port
+from support.ports import free_port
+from support.wl_server import LedgerServer, settings_for, start
 from work_ledger.cli import app
 from work_ledger.client import AsyncClient, Client
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from work_ledger.domain import Actor, NewUnit, Outcome, State
+from work_ledger.domain.model import Actor, NewUnit, Outcome, State
 from work_ledger.errors import InvalidInput, WorkLedgerError
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
 Snapshot = Callable[[], Awaitable[tuple[object, ...]]]

@@ -13,9 +13,9 @@ from work_ledger.db.connect import create_pool
 from work_ledger.db.pool import Pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import Store
-from work_ledger.domain import Actor, Claim, NewUnit, State
+from work_ledger.domain.model import Actor, Claim, NewUnit, State
 from work_ledger.errors import AttemptSuperseded, InvariantViolation
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
 CLAIMERS = 64

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncpg
 
-from work_ledger.domain import Actor, NewUnit
-from work_ledger.service import Ledger
+from work_ledger.domain.model import Actor, NewUnit
+from work_ledger.service.ledger import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
 

@@ -14,9 +14,9 @@ import asyncpg
 import pytest
 
 from work_ledger.db.connect import ensure_database, with_database
-from work_ledger.domain import NEXT_ACTIONS, TRANSITIONS, Actor, Disposition, NewUnit, State
+from work_ledger.domain.model import NEXT_ACTIONS, TRANSITIONS, Actor, Disposition, NewUnit, State
 from work_ledger.errors import InvariantViolation
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
 Snapshot = Callable[[], Awaitable[tuple[object, ...]]]

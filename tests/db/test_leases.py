@@ -7,9 +7,9 @@ import uuid
 import asyncpg
 import pytest
 
-from work_ledger.domain import Actor, Claim, Disposition, NewUnit, Outcome, State
+from work_ledger.domain.model import Actor, Claim, Disposition, NewUnit, Outcome, State
 from work_ledger.errors import AttemptSuperseded, NotFound, NotHolder
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
 

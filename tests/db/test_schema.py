@@ -14,7 +14,7 @@ import pytest
 from work_ledger.db.connect import connect, ensure_database, with_database
 from work_ledger.db.migrate import apply_migrations, load_migrations
 from work_ledger.db.queries import QUERIES
-from work_ledger.domain import (
+from work_ledger.domain.model import (
     DISPOSITIONS_FROM,
     TRANSITIONS,
     Actor,
@@ -24,7 +24,7 @@ from work_ledger.domain import (
     State,
     Unit,
 )
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
 

@@ -1,7 +1,7 @@
 """The walking skeleton: a unit's whole life through the service."""
 
-from work_ledger.domain import Actor, Disposition, NewUnit, State
-from work_ledger.service import Ledger
+from work_ledger.domain.model import Actor, Disposition, NewUnit, State
+from work_ledger.service.ledger import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
 

@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 
 from work_ledger.db.connect import connect, create_pool, ensure_database, with_database
 from work_ledger.db.store import Store
-from work_ledger.domain import (
+from work_ledger.domain.model import (
     HELD,
     LEASED,
     Actor,
@@ -49,7 +49,7 @@ from work_ledger.errors import (
     NotHolder,
     WorkLedgerError,
 )
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
 
 T = TypeVar("T")
 OPERATOR = Actor("operator", privileged=True)

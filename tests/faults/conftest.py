@@ -6,7 +6,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from served import Served, StartServer, ledger_env
+
+from support.served import Served, StartServer, ledger_env
 
 
 def pytest_configure(config: pytest.Config) -> None:

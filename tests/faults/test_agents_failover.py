@@ -17,13 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 from mcp.client.stdio import StdioServerParameters
-from replicas import StartReplicas, Tls, start_replicas, tls  # noqa: F401  (shared fixtures)
-from served import WORK_LEDGER, mint
 
 import mcp
-from work_ledger.auth import Role
+from support.replicas import StartReplicas, Tls, start_replicas, tls  # noqa: F401  (shared fixtures)
+from support.served import WORK_LEDGER, mint
 from work_ledger.client import AsyncClient, Unreachable
 from work_ledger.errors import InvariantViolation
+from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 LEASE = 2  # seconds: heartbeats every 2/3 s, and a unit left alone lapses fast

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from history import check
-from served import StartServer, cli, client, ledger_env, mint
-from workload import Chaos, Recorder, Workload
 
-from work_ledger.auth import Role
+from support.history import check
+from support.served import StartServer, cli, client, ledger_env, mint
+from support.workload import Chaos, Recorder, Workload
 from work_ledger.db.connect import DATABASE_NAME, connect, with_database
-from work_ledger.db.embedded import embedded_server_url
-from work_ledger.domain import Actor, Disposition, NewUnit
-from work_ledger.service import Ledger
+from work_ledger.domain.model import Actor, Disposition, NewUnit
+from work_ledger.embedded.server import embedded_server_url
+from work_ledger.service.ledger import Ledger
+from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 TABLES = {

@@ -11,11 +11,11 @@ from collections.abc import Awaitable
 import asyncpg
 import httpx
 import pytest
-from history import check
-from served import Served, StartServer, audit, cli_token, client, mint
-from workload import Chaos, Workload
 
-from work_ledger.auth import Role
+from support.history import check
+from support.served import Served, StartServer, audit, cli_token, client, mint
+from support.workload import Chaos, Workload
+from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 AGENTS = 10

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from failover import run_failover
-from pgcluster import Pair, build_pair, remove
-from served import StartServer, cli, client, mint
 
-from ports import free_port
-from work_ledger.auth import Role
+from support.failover import run_failover
+from support.pgcluster import Pair, build_pair, remove
+from support.ports import free_port
+from support.served import StartServer, cli, client, mint
 from work_ledger.db.connect import connect, ensure_database
 from work_ledger.runtime import migrate_database
+from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 DATABASE = "ledger"

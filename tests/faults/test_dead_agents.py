@@ -10,9 +10,9 @@ import time
 
 import asyncpg
 import pytest
-from served import WORK_LEDGER, StartServer, audit, client, mint
 
-from work_ledger.auth import Role
+from support.served import WORK_LEDGER, StartServer, audit, client, mint
+from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 AGENTS = 6

@@ -7,11 +7,11 @@ import uuid
 
 import asyncpg
 import pytest
-from history import check
-from served import StartServer, audit, cli_token, client, mint
-from workload import Op, Recorder, Workload
 
-from work_ledger.auth import Role
+from support.history import check
+from support.served import StartServer, audit, cli_token, client, mint
+from support.workload import Op, Recorder, Workload
+from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 AGENTS = 12

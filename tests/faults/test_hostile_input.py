@@ -26,11 +26,11 @@ import hypothesis
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, strategies
-from served import Served, cli, client, ledger_env, mint
 
+from support.served import Served, cli, client, ledger_env, mint
 from work_ledger.api.ratelimit import FailureLimiter
-from work_ledger.auth import Role
 from work_ledger.db.connect import connect, ensure_database, with_database
+from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 PROBLEM = "application/problem+json"

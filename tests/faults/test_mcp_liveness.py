@@ -15,9 +15,9 @@ from typing import Any
 
 import asyncpg
 import pytest
-from served import Served, StartServer, client, mint
 
-from work_ledger.auth import Role
+from support.served import Served, StartServer, client, mint
+from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 LEASE = 3

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from served import SECRET, WORK_LEDGER, Served, ledger_env
+from support.served import SECRET, WORK_LEDGER, Served, ledger_env
 
 
 class CommandLines:

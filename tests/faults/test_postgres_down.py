@@ -17,14 +17,14 @@ import asyncpg
 import httpx
 import psutil
 import pytest
-from history import check
-from served import StartServer, audit, client, mint
-from workload import Chaos, Workload
 
-from work_ledger.auth import Role
+from support.history import check
+from support.served import StartServer, audit, client, mint
+from support.workload import Chaos, Workload
 from work_ledger.db.connect import connect, ensure_database, with_database
-from work_ledger.db.embedded import embedded_server_url, pg_ctl
+from work_ledger.embedded.server import embedded_server_url, pg_ctl
 from work_ledger.runtime import migrate_database
+from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 PROBLEM = "application/problem+json"
@@ -71,7 +71,7 @@ class Postgres:
 async def stoppable() -> AsyncIterator[Postgres]:
     """One PostgreSQL for this module, stopped for good at the end."""
     # Not under pytest's folders: a concurrent pytest run chmods those, which would cut a
-    # root-run server's OS user off its data (db/pg_owner.py).
+    # root-run server's OS user off its data (embedded/owner.py).
     home = Path(tempfile.mkdtemp(prefix="wl-stoppable-"))
     admin = await asyncio.to_thread(embedded_server_url, home / "pg")
     server = Postgres(home / "pg" / "pgdata", admin)

@@ -10,12 +10,12 @@ import time
 
 import asyncpg
 import pytest
-from history import check
-from replicas import Failover, StartReplicas, start_replicas  # noqa: F401  (shared fixture)
-from served import audit, client, mint
-from workload import Chaos, Workload
 
-from work_ledger.auth import Role
+from support.history import check
+from support.replicas import Failover, StartReplicas, start_replicas  # noqa: F401  (shared fixture)
+from support.served import audit, client, mint
+from support.workload import Chaos, Workload
+from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 AGENTS = 9

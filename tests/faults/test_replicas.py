@@ -9,12 +9,12 @@ import time
 
 import asyncpg
 import pytest
-from replicas import StartReplicas, start_replicas  # noqa: F401  (the shared fixture)
-from served import SECRET, Served, client, mint
 
-from work_ledger.auth import OPERATOR_TOKEN_FILE, Role, TokenStore
+from support.replicas import StartReplicas, start_replicas  # noqa: F401  (the shared fixture)
+from support.served import SECRET, Served, client, mint
 from work_ledger.db.connect import create_pool
 from work_ledger.db.store import Store
+from work_ledger.service.tokens import OPERATOR_TOKEN_FILE, Role, TokenStore
 
 pytestmark = pytest.mark.faults
 

@@ -13,9 +13,9 @@ import time
 
 import httpx
 import pytest
-from served import StartServer, client, mint
 
-from work_ledger.auth import Role
+from support.served import StartServer, client, mint
+from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 SLOW_SOCKETS = 30

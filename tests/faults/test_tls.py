@@ -8,13 +8,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from replicas import StartReplicas, Tls, start_replicas, tls  # noqa: F401  (shared fixtures)
-from served import WORK_LEDGER, ledger_env, mint
 from typer.testing import CliRunner
 
-from ports import free_port
-from work_ledger.auth import Role
+from support.ports import free_port
+from support.replicas import StartReplicas, Tls, start_replicas, tls  # noqa: F401  (shared fixtures)
+from support.served import WORK_LEDGER, ledger_env, mint
 from work_ledger.cli import app
+from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 _NO_TLS = {"WL_TLS_CERT": "", "WL_TLS_KEY": ""}

@@ -12,8 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
 
-from wl_server import LedgerServer, ledger_server  # noqa: F401  (the shared fixture)
-
+from support.wl_server import LedgerServer, ledger_server  # noqa: F401  (the shared fixture)
 from work_ledger.client import Client
 
 

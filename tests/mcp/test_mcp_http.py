@@ -10,9 +10,9 @@ import httpx
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from test_mcp_server import EVIDENCE, call, in_process, text
-from wl_server import LedgerServer
 
 import mcp
+from support.wl_server import LedgerServer
 from work_ledger.client import Client
 
 INITIALIZE = {

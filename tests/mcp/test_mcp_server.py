@@ -9,10 +9,10 @@ import sys
 from typing import Any
 
 from mcp.client.stdio import StdioServerParameters
-from wl_server import LedgerServer
 
 import mcp
 from mcp import types as mcp_types
+from support.wl_server import LedgerServer
 from work_ledger.client import AsyncClient, Client
 from work_ledger.mcp import build_server
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
-from projection_streams import token
 
-from served_app import app_running, settings_for
-from work_ledger.auth import Role
-from work_ledger.service import Ledger
+from support.projection_streams import token
+from support.served_app import app_running, settings_for
+from work_ledger.service.ledger import Ledger
+from work_ledger.service.tokens import Role
 from work_ledger.temporal.ingest import Projector
 
 

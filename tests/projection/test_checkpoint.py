@@ -6,9 +6,9 @@ import datetime as dt
 
 import asyncpg
 import pytest
-from projection_streams import register_workflows
 
-from work_ledger.service import Ledger
+from support.projection_streams import register_workflows
+from work_ledger.service.ledger import Ledger
 from work_ledger.temporal.checkpoint import FollowState
 from work_ledger.temporal.ingest import Projector, WorkflowEvent
 

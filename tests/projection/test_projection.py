@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-from projection_streams import EPOCH, EVIDENCE, OPERATOR, Stream, event, register_workflows
 
+from support.projection_streams import EPOCH, EVIDENCE, OPERATOR, Stream, event, register_workflows
 from work_ledger.db.connect import create_pool
 from work_ledger.db.store import Store
-from work_ledger.domain import Actor, Disposition, Outcome, State
+from work_ledger.domain.model import Actor, Disposition, Outcome, State
 from work_ledger.errors import InvalidInput
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
 from work_ledger.temporal.ingest import (
     EventOutcome,
     Projector,

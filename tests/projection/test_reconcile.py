@@ -12,11 +12,11 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from projection_streams import OPERATOR, Stream, register_workflows
 
-from work_ledger.domain import Disposition, State
+from support.projection_streams import OPERATOR, Stream, register_workflows
+from work_ledger.domain.model import Disposition, State
 from work_ledger.errors import InvalidInput
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
 from work_ledger.temporal.ingest import EventOutcome, Projector
 from work_ledger.temporal.reconcile import (
     Execution,

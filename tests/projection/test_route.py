@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import httpx
 from fastapi import FastAPI
-from projection_streams import EVIDENCE, register_workflows, token
 
-from work_ledger.auth import Role
-from work_ledger.service import Ledger
+from support.projection_streams import EVIDENCE, register_workflows, token
+from work_ledger.service.ledger import Ledger
+from work_ledger.service.tokens import Role
 
 
 def _events(workflow_id: str) -> list[dict[str, object]]:

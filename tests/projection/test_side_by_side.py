@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
-from projection_streams import EVIDENCE, OPERATOR, event, register_workflows
 
-from work_ledger.domain import State
-from work_ledger.service import Ledger
+from support.projection_streams import EVIDENCE, OPERATOR, event, register_workflows
+from work_ledger.domain.model import State
+from work_ledger.service.ledger import Ledger
 from work_ledger.temporal.ingest import EventOutcome, Projector
 
 

@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from projection_streams import EVIDENCE, register_workflows, token
 
-from work_ledger.auth import Role
-from work_ledger.domain import State
-from work_ledger.service import Ledger
+from support.projection_streams import EVIDENCE, register_workflows, token
+from work_ledger.domain.model import State
+from work_ledger.service.ledger import Ledger
+from work_ledger.service.tokens import Role
 from work_ledger.temporal.events import (
     evidence_url,
     idempotency_key,

@@ -6,9 +6,9 @@ from typing import Any
 
 import httpx
 import pytest
-from projection_streams import EVIDENCE, register_workflows
 
-from work_ledger.service import Ledger
+from support.projection_streams import EVIDENCE, register_workflows
+from work_ledger.service.ledger import Ledger
 from work_ledger.temporal.lifecycle import NOTED, STEPS, step_of, temporal_name
 
 

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
-from ports import free_port
-from served_app import settings_for, uvicorn_server
-from work_ledger.auth import Role, TokenStore
+from support.ports import free_port
+from support.served_app import settings_for, uvicorn_server
+from work_ledger.service.tokens import Role, TokenStore
 
 TEMPORAL = Path(sys.executable).with_name("temporal")
 try:

@@ -6,7 +6,10 @@ import asyncio
 import datetime as dt
 
 import pytest
-from temporal_support import (
+from temporalio.client import Client
+
+from support.ports import free_port
+from support.temporal_support import (
     TEMPLATE,
     follower,
     ids,
@@ -17,10 +20,7 @@ from temporal_support import (
     until,
     worker,
 )
-from temporalio.client import Client
-
-from ports import free_port
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
 from work_ledger.temporal.checkpoint import FollowState
 from work_ledger.temporal.forwarder import ForwardUnavailable
 

@@ -8,10 +8,10 @@ import asyncio
 import datetime as dt
 
 import pytest
-from temporal_support import ids, register, settle, start, worker
 from temporalio.client import Client
 
-from work_ledger.service import Ledger
+from support.temporal_support import ids, register, settle, start, worker
+from work_ledger.service.ledger import Ledger
 from work_ledger.temporal import follower as follower_module
 from work_ledger.temporal.checkpoint import FollowState
 from work_ledger.temporal.executions import Run, TemporalReader

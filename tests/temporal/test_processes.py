@@ -9,10 +9,10 @@ import signal
 import sys
 from pathlib import Path
 
-from temporal_support import ids, register, settle, start, transitions, until, worker
 from temporalio.client import Client
 
-from work_ledger.service import Ledger
+from support.temporal_support import ids, register, settle, start, transitions, until, worker
+from work_ledger.service.ledger import Ledger
 
 WORK_LEDGER = str(Path(sys.executable).with_name("work-ledger"))
 HERE = Path(__file__).parent
@@ -105,7 +105,7 @@ async def _worker(
 ) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         *(sys.executable, str(HERE / "worker_main.py"), address, namespace, queue),
-        env={**env, "PYTHONPATH": os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])},
+        env={**env, "PYTHONPATH": os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )

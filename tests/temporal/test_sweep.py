@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
-from temporal_support import ids, start
 from temporalio.client import Client
 
+from support.temporal_support import ids, start
 from work_ledger.temporal.executions import TemporalReader, visibility_time
 
 

@@ -14,8 +14,8 @@ import sys
 
 from temporalio.client import Client
 from temporalio.worker import Worker
-from wl_workflows import Migrate
 
+from support.wl_workflows import Migrate
 from work_ledger.temporal.plugin import WorkLedgerPlugin
 
 

@@ -25,12 +25,18 @@ from work_ledger.api.longpoll import Notifier
 from work_ledger.api.middleware import EdgeMiddleware
 from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.api.routes import attempts, events, health, projection, questions, units
-from work_ledger.auth import OPERATOR_TOKEN_FILE, Role, TokenStore, load_secret, write_private
 from work_ledger.config import Settings
 from work_ledger.db.connect import resolve_database_url
-from work_ledger.idempotency import IdempotencyStore
-from work_ledger.readside import read_pool
+from work_ledger.readside.roles import read_pool
 from work_ledger.runtime import open_ledger
+from work_ledger.service.idempotency import IdempotencyStore
+from work_ledger.service.tokens import (
+    OPERATOR_TOKEN_FILE,
+    Role,
+    TokenStore,
+    load_secret,
+    write_private,
+)
 
 EXPIRE_EVERY_SECONDS = 600.0
 

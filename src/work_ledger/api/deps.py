@@ -47,12 +47,17 @@ from work_ledger.api.keyed import (
     stored,
 )
 from work_ledger.api.ratelimit import FailureLimiter
-from work_ledger.auth import Principal, Role, TokenStore, token_prefix
 from work_ledger.db.store import translated_errors
-from work_ledger.domain import Actor
+from work_ledger.domain.model import Actor
 from work_ledger.errors import Forbidden, RateLimited, Unauthorized, WorkLedgerError
-from work_ledger.idempotency import MAX_KEY_LENGTH, IdempotencyStore, check_key, request_hash
-from work_ledger.service import Ledger
+from work_ledger.service.idempotency import (
+    MAX_KEY_LENGTH,
+    IdempotencyStore,
+    check_key,
+    request_hash,
+)
+from work_ledger.service.ledger import Ledger
+from work_ledger.service.tokens import Principal, Role, TokenStore, token_prefix
 
 AGENT_HEADER = "X-WL-Agent"
 _SUFFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")

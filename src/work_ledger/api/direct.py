@@ -32,6 +32,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from work_ledger.api.collectors import LedgerMetrics
 from work_ledger.api.deps import IdempotentRoute
 from work_ledger.api.middleware import (
     MAX_BODY_BYTES,
@@ -41,7 +42,6 @@ from work_ledger.api.middleware import (
     too_large,
 )
 from work_ledger.api.problems import PROBLEM_MEDIA_TYPE
-from work_ledger.metrics import LedgerMetrics
 
 Endpoint = Callable[..., Awaitable[Response]]
 F = TypeVar("F", bound=Callable[..., Any])

@@ -20,10 +20,10 @@ from fastapi import Response
 from work_ledger.api import problems
 from work_ledger.db.pool import Pool
 from work_ledger.db.store import Store, translated_errors
-from work_ledger.domain import Claim
+from work_ledger.domain.model import Claim
 from work_ledger.errors import WorkLedgerError
-from work_ledger.idempotency import IdempotencyStore, Outcome
-from work_ledger.service import Ledger
+from work_ledger.service.idempotency import IdempotencyStore, Outcome
+from work_ledger.service.ledger import Ledger
 
 if TYPE_CHECKING:
     from asyncpg.transaction import Transaction

@@ -42,7 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from work_ledger.api.deps import authenticate
 from work_ledger.client import AsyncClient
 from work_ledger.mcp.server import Session, build_tools
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
 
 PATH = "/mcp"
 # The in-process base URL of the tools' SDK client: its requests never leave this process.

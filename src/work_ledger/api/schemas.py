@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, field_validator
 from pydantic import Strict as StrictMark
 
-from work_ledger.domain import (
+from work_ledger.domain.model import (
     Attempt,
     Claim,
     Disposition,

@@ -51,7 +51,7 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
 
 
 async def _refuse_public_without_tokens(host: str) -> None:
-    from work_ledger.auth import TokenStore, load_secret
+    from work_ledger.service.tokens import TokenStore, load_secret
 
     settings = load_settings()
     async with open_ledger(settings, max_connections=1) as ledger:

@@ -9,10 +9,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from work_ledger.auth import Role, TokenInfo, TokenStore, load_secret
 from work_ledger.cli.typer_app import app, console, err_console, run_async
 from work_ledger.config import load_settings
 from work_ledger.runtime import open_ledger
+from work_ledger.service.tokens import Role, TokenInfo, TokenStore, load_secret
 
 token_app = typer.Typer(help="Mint, list and revoke API tokens (DESIGN §7).", no_args_is_help=True)
 app.add_typer(token_app, name="token")

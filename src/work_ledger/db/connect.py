@@ -9,8 +9,8 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from work_ledger.config import DEFAULT_STATEMENT_TIMEOUT, Settings
-from work_ledger.db.embedded import DATABASE_NAME, embedded_server_url
 from work_ledger.db.pool import Pool
+from work_ledger.embedded.server import DATABASE_NAME, embedded_server_url
 
 # Every connection talks UTC and names itself in pg_stat_activity.
 SERVER_SETTINGS = {"timezone": "UTC", "application_name": "work-ledger"}

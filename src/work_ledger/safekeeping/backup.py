@@ -15,7 +15,7 @@ from pathlib import Path
 
 from work_ledger.db.connect import connect
 from work_ledger.db.queries import QUERIES
-from work_ledger.db.tools import run
+from work_ledger.embedded.programs import run
 from work_ledger.errors import InvalidInput, InvariantViolation
 
 

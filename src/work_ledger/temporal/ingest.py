@@ -62,9 +62,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from work_ledger.domain import Attempt, State, Unit
+from work_ledger.domain.model import Attempt, State, Unit
 from work_ledger.errors import InvalidInput, InvariantViolation
-from work_ledger.service import MAX_BATCH, MAX_LEASE_SECONDS, Ledger
+from work_ledger.service.ledger import MAX_BATCH, MAX_LEASE_SECONDS, Ledger
 from work_ledger.temporal.lifecycle import NOTED, STEPS, step_key, step_of
 from work_ledger.temporal.steps import (
     EventOutcome,

@@ -36,7 +36,7 @@ import asyncpg
 from work_ledger.db.connect import connect
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import translated_errors
-from work_ledger.domain import State
+from work_ledger.domain.model import State
 from work_ledger.errors import InvalidInput, NotFound
 
 RUNNING = frozenset({State.CLAIMED, State.IN_PROGRESS, State.BLOCKED})

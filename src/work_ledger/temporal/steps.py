@@ -17,7 +17,7 @@ import asyncpg
 
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import translated_errors
-from work_ledger.domain import HELD, Attempt, Disposition, Outcome, State, Unit
+from work_ledger.domain.model import HELD, Attempt, Disposition, Outcome, State, Unit
 from work_ledger.temporal.lifecycle import NOTED
 
 

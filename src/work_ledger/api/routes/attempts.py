@@ -26,8 +26,8 @@ from work_ledger.api.schemas import (
     UnitOut,
 )
 from work_ledger.api.wire import answer_as, body_doc, json_body
-from work_ledger.auth import Role
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
+from work_ledger.service.tokens import Role
 
 router = APIRouter(
     tags=["attempts"],

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from work_ledger.api import problems
 from work_ledger.api.deps import Reader, ledger, unit_logged
 from work_ledger.api.schemas import MAX_LIMIT, EventPage
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
 
 router = APIRouter(tags=["events"], responses=problems.READ_RESPONSES)
 LedgerDep = Annotated[Ledger, Depends(ledger)]

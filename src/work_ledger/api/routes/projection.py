@@ -13,8 +13,8 @@ from work_ledger.api.deps import Caller, IdempotentRoute, ledger, require
 from work_ledger.api.direct import direct
 from work_ledger.api.schemas import Body
 from work_ledger.api.wire import MAX_FREE_DEPTH, FreeJson, answer, body_doc, json_body
-from work_ledger.auth import Role
-from work_ledger.service import MAX_BATCH, Ledger
+from work_ledger.service.ledger import MAX_BATCH, Ledger
+from work_ledger.service.tokens import Role
 from work_ledger.temporal.ingest import MAX_EVENT_ID, MAX_ID, Projector, WorkflowEvent
 
 router = APIRouter(

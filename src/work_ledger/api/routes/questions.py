@@ -29,10 +29,10 @@ from work_ledger.api.schemas import (
     RouteIn,
 )
 from work_ledger.api.wire import answer, body_doc, json_body
-from work_ledger.auth import Role
-from work_ledger.domain import QuestionStatus
-from work_ledger.service import Ledger
-from work_ledger.triage import route_question
+from work_ledger.domain.model import QuestionStatus
+from work_ledger.service.ledger import Ledger
+from work_ledger.service.tokens import Role
+from work_ledger.service.triage import route_question
 
 router = APIRouter(tags=["questions"], route_class=IdempotentRoute)
 LedgerDep = Annotated[Ledger, Depends(ledger)]

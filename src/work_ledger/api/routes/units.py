@@ -48,10 +48,10 @@ from work_ledger.api.schemas import (
     UnitQuestionOut,
 )
 from work_ledger.api.wire import answer, answer_as, body_doc, json_body
-from work_ledger.auth import Role
-from work_ledger.domain import Claim, Disposition, NewUnit, Outcome, State
+from work_ledger.domain.model import Claim, Disposition, NewUnit, Outcome, State
 from work_ledger.errors import InvalidInput
-from work_ledger.service import Ledger
+from work_ledger.service.ledger import Ledger
+from work_ledger.service.tokens import Role
 
 router = APIRouter(
     tags=["units"],

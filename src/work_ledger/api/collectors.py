@@ -1,0 +1,248 @@
+"""Prometheus metrics (DESIGN §8): what the ledger holds, read from the views, and how the
+API behaves, counted as requests pass.
+
+From the views, in one query per scrape at most (cached `cache_seconds`), never on the
+request path:
+
+    work_ledger_units{domain,state}          gauge    queue depth (v_queue_depth)
+    work_ledger_stalled_units{domain}        gauge    leased units past the stall threshold
+    work_ledger_claims_total{domain}         counter  attempts ever started (v_cost_per_unit)
+    work_ledger_reclaims_total{domain}       counter  attempts lost to a lapsed lease (v_rework)
+    work_ledger_open_questions{assignee_group_slug}             gauge  units waiting on people
+    work_ledger_oldest_open_question_seconds{assignee_group_slug}  gauge  0 when none is open
+                                             (both v_question_wait)
+
+These describe the ledger, not this process: every replica reports the same values
+(aggregate them with max, not sum), and they survive restarts.
+
+Counted by this process as requests pass:
+
+    work_ledger_request_duration_seconds{method,route,status}  histogram  route = template
+    work_ledger_refusals_total{code,invariant}    counter  every problem+json answer
+    work_ledger_claim_responses_total{result}     counter  new | resumed | none (empty poll)
+    work_ledger_read_errors_total                 counter  scrapes whose view query failed
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from typing import Any, TypeVar
+
+import asyncpg
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from work_ledger.db.pool import Pool
+from work_ledger.errors import WorkLedgerError
+from work_ledger.readside.roles import GaugeSnapshot, read_gauges
+
+CACHE_SECONDS = 5.0
+READ_TIMEOUT_SECONDS = 5.0
+MAX_PROBLEM_BYTES = 64 * 1024
+LATENCY_BUCKETS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+UNMATCHED = "unmatched"
+Family = TypeVar("Family", GaugeMetricFamily, CounterMetricFamily)
+
+
+class _ViewCollector(Collector):
+    """Turns the last snapshot of the views into metric families at scrape time."""
+
+    def __init__(self, metrics: LedgerMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self.metrics.snapshot
+        if snapshot is None:
+            return
+        units = GaugeMetricFamily(
+            "work_ledger_units",
+            "Units in each state, per domain (v_queue_depth).",
+            labels=["domain", "state"],
+        )
+        for (domain, state), count in sorted(snapshot.units.items()):
+            units.add_metric([domain, state], count)
+        yield units
+        stalled = GaugeMetricFamily(
+            "work_ledger_stalled_units",
+            "Leased units whose holder is silent past WL_STALL_SECONDS (v_stall_list).",
+            labels=["domain"],
+        )
+        for domain, count in sorted(snapshot.stalled.items()):
+            stalled.add_metric([domain], count)
+        yield stalled
+        yield self._by_group(
+            "work_ledger_open_questions",
+            "Open blocking questions (units waiting on people), per assignee group "
+            "(v_question_wait).",
+            snapshot.open_questions,
+        )
+        yield self._by_group(
+            "work_ledger_oldest_open_question_seconds",
+            "Age of the oldest open blocking question, per assignee group; 0 when none is "
+            "open (v_question_wait).",
+            snapshot.oldest_question_seconds,
+        )
+        yield self._counter(
+            "work_ledger_claims",
+            "Attempts ever started, per domain: one per claim (v_cost_per_unit).",
+            snapshot.claims,
+        )
+        yield self._counter(
+            "work_ledger_reclaims",
+            "Attempts superseded by a stale reclaim after their lease lapsed (v_rework).",
+            snapshot.reclaims,
+        )
+
+    @staticmethod
+    def _by_group(name: str, documentation: str, values: dict[str, int]) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, documentation, labels=["assignee_group_slug"])
+        return _filled(family, values)
+
+    @staticmethod
+    def _counter(name: str, documentation: str, values: dict[str, int]) -> CounterMetricFamily:
+        return _filled(CounterMetricFamily(name, documentation, labels=["domain"]), values)
+
+
+def _filled(family: Family, values: dict[str, int]) -> Family:
+    """`family` with one sample per value, labelled by its key, in label order."""
+    for label, value in sorted(values.items()):
+        family.add_metric([label], value)
+    return family
+
+
+class LedgerMetrics:
+    """One registry per application (so tests can run several apps in one process)."""
+
+    def __init__(self, *, cache_seconds: float = CACHE_SECONDS) -> None:
+        self.cache_seconds = cache_seconds
+        self.registry = CollectorRegistry()
+        self.request_duration = Histogram(
+            "work_ledger_request_duration_seconds",
+            "HTTP request latency by method, route template and status.",
+            ["method", "route", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.refusals = Counter(
+            "work_ledger_refusals",
+            "Requests answered with a problem (4xx/5xx), by error code and violated invariant.",
+            ["code", "invariant"],
+            registry=self.registry,
+        )
+        self.claim_responses = Counter(
+            "work_ledger_claim_responses",
+            "Claim answers: new (a new attempt), resumed (the caller's own live claim), "
+            "none (nothing claimable).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.read_errors = Counter(
+            "work_ledger_read_errors",
+            "Scrapes whose query of the views failed; the previous values were served.",
+            registry=self.registry,
+        )
+        self.snapshot: GaugeSnapshot | None = None
+        self._taken_at = float("-inf")
+        self._lock = asyncio.Lock()
+        self.registry.register(_ViewCollector(self))
+
+    async def refresh(self, conn: Pool | asyncpg.Connection) -> None:
+        """Re-read the views unless the snapshot is fresh; concurrent scrapes share a read."""
+        if time.monotonic() - self._taken_at < self.cache_seconds:
+            return
+        async with self._lock:
+            if time.monotonic() - self._taken_at < self.cache_seconds:
+                return
+            try:
+                async with asyncio.timeout(READ_TIMEOUT_SECONDS):
+                    self.snapshot = await read_gauges(conn)
+            except (WorkLedgerError, TimeoutError, asyncpg.PostgresError):
+                self.read_errors.inc()
+            self._taken_at = time.monotonic()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def observe_problem(self, body: bytes) -> None:
+        try:
+            problem = json.loads(body)
+        except ValueError:
+            problem = {}
+        if not isinstance(problem, dict):
+            problem = {}
+        code = str(problem.get("code") or "unknown")
+        self.refusals.labels(code, str(problem.get("invariant") or "none")).inc()
+
+    def observe_claim(self, body: bytes) -> None:
+        """Count a claim answer as none, new or resumed. The body is the ledger's own JSON
+        of a Claim (`unit`, `attempt`, `resumed`, in that order, no spaces; a replayed
+        answer is a stored copy of one), so its first and last bytes tell, without parsing
+        every claim's JSON again. A key inside a string value cannot match: its quotes are
+        escaped there."""
+        if body.startswith(b'{"unit":null,'):
+            result = "none"
+        elif body.endswith(b',"resumed":true}'):
+            result = "resumed"
+        elif body.endswith(b',"resumed":false}'):
+            result = "new"
+        else:
+            return
+        self.claim_responses.labels(result).inc()
+
+
+def _route(scope: Scope) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else UNMATCHED
+
+
+class MetricsMiddleware:
+    """Times every request by its route template, and counts problems and claim answers.
+
+    Pure ASGI. Only problem+json bodies and claim answers are read (both small); every
+    other body passes through untouched."""
+
+    def __init__(self, app: ASGIApp, metrics: LedgerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+        watch: Any = None  # the observe_* method for this response's body, if any
+        body = bytearray()
+
+        async def send_watched(message: Message) -> None:
+            nonlocal status, watch
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                watch = self._watch_for(scope, status, message.get("headers", ()))
+            elif message["type"] == "http.response.body" and watch is not None:
+                if len(body) < MAX_PROBLEM_BYTES:
+                    body.extend(message.get("body", b""))
+                if not message.get("more_body", False):
+                    watch(bytes(body))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_watched)
+        finally:
+            self.metrics.request_duration.labels(
+                scope["method"], _route(scope), str(status)
+            ).observe(time.perf_counter() - started)
+
+    def _watch_for(self, scope: Scope, status: int, headers: Any) -> Any:
+        content_type = next((v for k, v in headers if k.lower() == b"content-type"), b"")
+        if content_type.startswith(b"application/problem+json"):
+            return self.metrics.observe_problem
+        if status == 200 and scope["method"] == "POST" and _route(scope).endswith("/claim"):
+            return self.metrics.observe_claim
+        return None

@@ -1,0 +1,161 @@
+"""/metrics: gauges equal to the views, counters of claims and refusals, latency by route."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from fastapi import FastAPI
+from prometheus_client.parser import text_string_to_metric_families
+
+from support.served_app import app_running, settings_for
+from work_ledger.api.collectors import LedgerMetrics
+from work_ledger.db.pool import Pool
+from work_ledger.domain.model import Actor, NewUnit
+from work_ledger.service.ledger import Ledger
+from work_ledger.service.tokens import Role
+
+OPERATOR = Actor("operator", privileged=True)
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _samples(text: str) -> Samples:
+    """Every sample of the exposition, keyed by name and sorted labels."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _gauge(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+async def _assert_gauges_match_views(samples: Samples, raw: asyncpg.Connection) -> None:
+    states = ("ready", "claimed", "in_progress", "blocked", "verified", "done", "abandoned")
+    rows = await raw.fetch("SELECT * FROM v_queue_depth WHERE scope = 'domain'")
+    assert len(rows) == 3
+    for row in rows:
+        for state in states:
+            value = _gauge(samples, "work_ledger_units", domain=row["domain"], state=state)
+            assert value == row[state]
+        stalled = await raw.fetchval(
+            "SELECT count(*) FROM v_stall_list WHERE domain = $1", row["domain"]
+        )
+        assert _gauge(samples, "work_ledger_stalled_units", domain=row["domain"]) == stalled
+    units = [v for (name, _), v in samples.items() if name == "work_ledger_units"]
+    assert len(units) == 3 * len(states)
+
+
+@pytest.fixture
+async def app(seeded: Ledger, database_url: str, tmp_path: Path) -> AsyncIterator[FastAPI]:
+    """The real application over the seeded database, its lifespan running."""
+    async with app_running(settings_for(database_url, tmp_path, secret="test-secret")) as app:
+        yield app
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://ledger") as client:
+        yield client
+
+
+async def _agent(app: FastAPI, client: httpx.AsyncClient, name: str) -> dict[str, str]:
+    token, _ = await app.state.tokens.create(Role.AGENT, name)
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_metrics_module_gauges_match_the_views(
+    seeded: Ledger, pool: Pool, raw: asyncpg.Connection
+) -> None:
+    """Straight from the module: queue depth, stalls, claims and reclaims as the views say."""
+    metrics = LedgerMetrics()
+    await metrics.refresh(pool)
+    samples = _samples(metrics.render().decode())
+    await _assert_gauges_match_views(samples, raw)
+    claims = {"billing": 3, "orders": 5, "search": 2}
+    reclaims = {"billing": 1, "orders": 0, "search": 0}
+    for domain in claims:
+        assert _gauge(samples, "work_ledger_claims_total", domain=domain) == claims[domain]
+        assert _gauge(samples, "work_ledger_reclaims_total", domain=domain) == reclaims[domain]
+
+
+async def test_metrics_endpoint_parses_and_gauges_match_the_views(
+    client: httpx.AsyncClient, raw: asyncpg.Connection
+) -> None:
+    """GET /metrics is Prometheus text whose gauges equal the views."""
+    response = await client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    await _assert_gauges_match_views(_samples(response.text), raw)
+
+
+async def test_metrics_count_claims_and_refusals_by_invariant(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """A new claim, a resumed one, an empty poll, and a 409 naming its invariant."""
+    agent = await _agent(app, client, "agent-x")
+    assert (await client.post("/units/claim", json={}, headers=agent)).json()["unit"] is not None
+    assert (await client.post("/units/claim", json={}, headers=agent)).json()["resumed"] is True
+    other = await _agent(app, client, "agent-y")
+    assert (await client.post("/units/claim", json={}, headers=other)).json()["unit"] is None
+    refused = await client.post("/units/o3/claim", json={}, headers=other)
+    assert refused.status_code == 409
+    invariant = refused.json()["invariant"]
+
+    samples = _samples((await client.get("/metrics")).text)
+    for result in ("new", "resumed", "none"):
+        assert _gauge(samples, "work_ledger_claim_responses_total", result=result) == 1
+    key = {"code": "invariant_violation", "invariant": invariant}
+    assert _gauge(samples, "work_ledger_refusals_total", **key) == 1
+
+
+async def test_metrics_time_requests_by_route_template(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """Latency is labelled by the route template, never the raw path."""
+    agent = await _agent(app, client, "agent-x")
+    for ref in ("b1", "o1", "s1"):
+        assert (await client.get(f"/units/{ref}", headers=agent)).status_code == 200
+    await client.get("/no/such/path")
+    samples = _samples((await client.get("/metrics")).text)
+    routes = {
+        dict(labels)["route"]
+        for (name, labels), _ in samples.items()
+        if name == "work_ledger_request_duration_seconds_count"
+    }
+    assert "/units/{unit:path}" in routes
+    assert "unmatched" in routes
+    assert not any(r.startswith("/units/b") for r in routes)
+    count = _gauge(
+        samples,
+        "work_ledger_request_duration_seconds_count",
+        method="GET",
+        route="/units/{unit:path}",
+        status="200",
+    )
+    assert count == 3
+
+
+async def test_metrics_gauges_are_cached_and_never_read_by_requests(
+    app: FastAPI, client: httpx.AsyncClient, seeded: Ledger
+) -> None:
+    """Only a scrape reads the views, and a second scrape within the cache reuses it."""
+    metrics: LedgerMetrics = app.state.metrics
+    await client.get("/healthz")
+    assert metrics.snapshot is None
+    first = _samples((await client.get("/metrics")).text)
+    await seeded.register([NewUnit("n1", "fleet-a", "newdomain")], OPERATOR)
+    cached = _samples((await client.get("/metrics")).text)
+    assert not any(dict(labels).get("domain") == "newdomain" for _, labels in cached)
+    assert _gauge(cached, "work_ledger_units", domain="orders", state="claimed") == _gauge(
+        first, "work_ledger_units", domain="orders", state="claimed"
+    )
+    metrics.cache_seconds = 0
+    fresh = _samples((await client.get("/metrics")).text)
+    assert _gauge(fresh, "work_ledger_units", domain="newdomain", state="ready") == 1

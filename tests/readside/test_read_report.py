@@ -1,0 +1,148 @@
+"""`work-ledger report` and `work-ledger grant-reader` on the command line.
+
+The CLI runs its own event loop, so each invocation runs in a thread of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import asyncpg
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from work_ledger.cli import app
+from work_ledger.cli.report import watch_report
+from work_ledger.config import load_settings
+from work_ledger.runtime import open_ledger
+from work_ledger.service.ledger import Ledger
+
+WIDE = {"COLUMNS": "220", "NO_COLOR": "1"}
+
+
+async def _invoke(url: str, *args: str, **env: str) -> Result:
+    runner = CliRunner(env={"WL_DATABASE_URL": url, **WIDE, **env})
+    return await asyncio.to_thread(runner.invoke, app, list(args))
+
+
+def _row(output: str, title: str, first_cell: str) -> list[str]:
+    """The cells of the row starting `first_cell` in the table titled `title`."""
+    section = output.split(title, 1)[1]
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│┃").split("│")]
+        if cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no row {first_cell!r} under {title!r} in:\n{output}")
+
+
+async def test_report_prints_each_view_with_its_numbers(seeded: Ledger, database_url: str) -> None:
+    """The tables show the same numbers as the views."""
+    result = await _invoke(database_url, "report")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    expected = ["orders", "0", "1", "1", "0", "0", "0", "2", "2", "4"]
+    assert _row(out, "v_queue_depth", "orders") == expected
+    assert _row(out, "v_queue_depth", "all domains")[-2:] == ["5", "11"]
+    assert _row(out, "v_stall_list", "o3")[:5] == ["o3", "orders", "in_progress", "agent-f", "1"]
+    assert _row(out, "v_cost_per_unit", "all domains") == [
+        "all domains", "11", "10", "$3.60", "$0.33", "2", "$1.10", "$1.80"
+    ]  # fmt: skip
+    assert _row(out, "v_rework", "orders")[:4] == ["orders", "4", "1", "25.0%"]
+    assert _row(out, "v_disposition_summary", "MIGRATED")[:7] == [
+        "MIGRATED", "2", "3", "$2.20", "$1.10", "0", "https://ci.example/b1"
+    ]  # fmt: skip
+
+
+async def test_report_for_one_domain_shows_only_it(seeded: Ledger, database_url: str) -> None:
+    """--domain keeps that domain's rows and drops the others and the totals."""
+    result = await _invoke(database_url, "report", "--domain", "billing")
+    assert result.exit_code == 0, result.output
+    assert _row(result.output, "v_queue_depth", "billing")[1] == "1"
+    assert "orders" not in result.output
+    assert "all domains" not in result.output
+    assert "https://review.example/b2" in result.output
+
+
+async def test_report_on_an_unmigrated_database_says_what_to_do(server_url: str) -> None:
+    """Without the views, the report names the missing step instead of a traceback."""
+    result = await _invoke(server_url, "report")
+    assert result.exit_code == 1
+    assert "work-ledger migrate" in result.output
+
+
+async def test_grant_reader_command_makes_the_role(
+    database_url: str, raw: asyncpg.Connection, tmp_path: Path
+) -> None:
+    """The command creates a login role (password from --password-file) and says what it
+    may read."""
+    role = "wl_cli_reader"
+    secret = tmp_path / "reader.password"
+    secret.write_text("pw-from-a-file\n")
+    result = await _invoke(
+        database_url, "grant-reader", "--role-name", role, "--password-file", str(secret)
+    )
+    try:
+        assert result.exit_code == 0, result.output
+        assert "v_disposition_summary" in result.output
+        assert await raw.fetchval("SELECT rolcanlogin FROM pg_roles WHERE rolname = $1", role)
+        assert await raw.fetchval("SELECT has_table_privilege($1, 'v_rework', 'SELECT')", role)
+    finally:
+        if await raw.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", role):
+            await raw.execute(f"DROP OWNED BY {role}")
+            await raw.execute(f"DROP ROLE {role}")
+
+
+async def test_grant_reader_command_refuses_a_bad_name(database_url: str) -> None:
+    """A refused role name exits 1 with the rule, not a traceback."""
+    result = await _invoke(
+        database_url, "grant-reader", "--role-name", "Bad-Name", WL_READER_PASSWORD="x"
+    )
+    assert result.exit_code == 1
+    assert "invalid_input" in result.output
+    assert "ledger_reader" in result.output
+
+
+async def test_grant_reader_takes_no_password_on_the_command_line(database_url: str) -> None:
+    """`--password` is not an option (argv is visible to every local user in `ps`)."""
+    result = await _invoke(
+        database_url, "grant-reader", "--role-name", "ledger_reader", "--password", "x"
+    )
+    assert result.exit_code == 2
+    assert "No such option" in result.output
+
+
+async def test_report_watch_redraws_from_the_database(
+    seeded: Ledger,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--watch reads the views each round and leaves the last tables on screen."""
+    monkeypatch.setenv("WL_DATABASE_URL", database_url)
+    monkeypatch.setenv("COLUMNS", "220")
+    await asyncio.to_thread(asyncio.run, watch_report("orders", 0.05, rounds=2))
+    out = capsys.readouterr().out
+    assert _row(out, "v_stall_list", "o3")[:4] == ["o3", "orders", "in_progress", "agent-f"]
+    assert "Ctrl-C to stop" in out
+
+
+async def test_open_ledger_stores_the_stall_threshold(database_url: str) -> None:
+    """Opening the ledger (as serve does) writes WL_STALL_SECONDS where the view reads it."""
+    settings = dataclasses.replace(load_settings(), database_url=database_url, stall_seconds=42)
+    async with open_ledger(settings, max_connections=1) as ledger:
+        stored = await ledger.store.pool.fetchval("SELECT stall_seconds FROM wl_settings")
+    assert stored == 42
+
+
+async def test_open_ledger_without_a_threshold_leaves_the_stored_one(database_url: str) -> None:
+    """A CLI started without WL_STALL_SECONDS does not overwrite the server's threshold."""
+    told = dataclasses.replace(load_settings(), database_url=database_url, stall_seconds=42)
+    async with open_ledger(told, max_connections=1):
+        pass
+    untold = dataclasses.replace(told, stall_seconds=None)
+    async with open_ledger(untold, max_connections=1) as ledger:
+        stored = await ledger.store.pool.fetchval("SELECT stall_seconds FROM wl_settings")
+    assert stored == 42
