@@ -19,7 +19,7 @@ import pytest
 
 from work_ledger.cli import console
 from work_ledger.db.connect import connect, create_pool, ensure_database, with_database
-from work_ledger.db.pool import Pool
+from asyncpg import Pool
 from work_ledger.db.store import Store
 from work_ledger.embedded.server import embedded_server_url
 from work_ledger.runtime import migrate_database

@@ -13,7 +13,7 @@ import httpx
 from support.api_support import SECRET, Api, MakeApi, assert_problem
 from work_ledger.api.connection import Limits
 from work_ledger.api.ratelimit import FailureLimiter
-from work_ledger.db.pool import Pool
+from asyncpg import Pool
 from work_ledger.db.store import Store
 from work_ledger.errors import Unauthorized
 from work_ledger.service.tokens import Role, TokenStore

@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from work_ledger.db.connect import create_pool
-from work_ledger.db.pool import Pool
+from asyncpg import Pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import Store
 from work_ledger.domain.model import Actor, Claim, NewUnit, State

@@ -7,7 +7,7 @@ import hmac
 
 import asyncpg
 
-from work_ledger.db.pool import Pool
+from asyncpg import Pool
 from work_ledger.db.store import Store
 from work_ledger.service.tokens import Role, TokenStore
 

@@ -32,12 +32,12 @@ from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import asyncpg
+from asyncpg import Pool
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from work_ledger.db.pool import Pool
 from work_ledger.errors import WorkLedgerError
 from work_ledger.readside.roles import GaugeSnapshot, read_gauges
 
