@@ -9,8 +9,9 @@ of work-ledger (e.g. a second checkout at another commit, `uv sync --group bench
 Both servers run side by side on one embedded PostgreSQL and one seeded database; each round
 measures one window of claim+start (or, with --life, the five-request life) against each,
 A first in even rounds and B first in odd ones, so the machine's drift falls on both. It
-prints each window and the medians: items per second, serve's CPU per item and how busy
-serve was. The same comparison as `run.py`'s HTTP section, without its minutes between
+prints each window and the medians: items per second, the claim's p99, serve's CPU per
+item and how busy serve was, and the medians of the same-round ratios B/A (the figure to
+quote on a busy machine). The same comparison as `run.py`'s HTTP section, without its minutes between
 the two figures.
 """
 
@@ -122,7 +123,8 @@ async def main(args: argparse.Namespace) -> None:
                         figure = sample.summary()
                         figures[name].append(figure)
                         print(
-                            f"round {round_no} {name}: {figure['items_per_s']:.0f}/s, app "
+                            f"round {round_no} {name}: {figure['items_per_s']:.0f}/s, "
+                            f"p99 {figure['claim_p99_ms']:.1f} ms, app "
                             f"{figure['app_cpu_ms_per_item']:.3f} ms/item, "
                             f"{figure['app_cpu_pct']:.0f} % busy",
                             flush=True,
@@ -133,10 +135,16 @@ async def main(args: argparse.Namespace) -> None:
         per_s = statistics.median(f["items_per_s"] for f in runs)
         app_ms = statistics.median(f["app_cpu_ms_per_item"] for f in runs)
         busy = statistics.median(f["app_cpu_pct"] for f in runs)
+        p99 = statistics.median(f["claim_p99_ms"] for f in runs)
         print(
-            f"{name} ({builds[name]}): median {per_s:.0f}/s, "
+            f"{name} ({builds[name]}): median {per_s:.0f}/s, p99 {p99:.1f} ms, "
             f"app {app_ms:.3f} ms/item, {busy:.0f} % busy"
         )
+    pairs = list(zip(figures["A"], figures["B"], strict=True))
+    if pairs:
+        for key in ("items_per_s", "claim_p99_ms", "app_cpu_ms_per_item"):
+            ratio = statistics.median(b[key] / a[key] for a, b in pairs if a[key])
+            print(f"B/A {key}: median of same-round ratios {ratio:.3f}")
 
 
 if __name__ == "__main__":
