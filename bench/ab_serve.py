@@ -9,10 +9,10 @@ of work-ledger (e.g. a second checkout at another commit, `uv sync --group bench
 Both servers run side by side on one embedded PostgreSQL and one seeded database; each round
 measures one window of claim+start (or, with --life, the five-request life) against each,
 A first in even rounds and B first in odd ones, so the machine's drift falls on both. It
-prints each window and the medians: items per second, the claim's p99, serve's CPU per
-item and how busy serve was, and the medians of the same-round ratios B/A (the figure to
-quote on a busy machine). The same comparison as `run.py`'s HTTP section, without its minutes between
-the two figures.
+prints each window and the medians: items per second, the claim's p99, serve's CPU
+per item and how busy serve was, and the medians of the same-round ratios B/A (the
+figure to quote on a busy machine). The same comparison as `run.py`'s HTTP section,
+without its minutes between the two figures.
 """
 
 from __future__ import annotations

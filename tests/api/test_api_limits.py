@@ -9,11 +9,11 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
+from asyncpg import Pool
 
 from support.api_support import SECRET, Api, MakeApi, assert_problem
 from work_ledger.api.connection import Limits
 from work_ledger.api.ratelimit import FailureLimiter
-from asyncpg import Pool
 from work_ledger.db.store import Store
 from work_ledger.errors import Unauthorized
 from work_ledger.service.tokens import Role, TokenStore
