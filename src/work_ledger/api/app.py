@@ -146,7 +146,11 @@ def create_app(
     # events before units, whose /units/{unit} would otherwise take /units/{unit}/events.
     routers = (health, events, claims, units, attempts, questions, projection)
     for module in routers:
-        app.include_router(module.router)
+        # The routes themselves, not `include_router`: FastAPI matches an included router's
+        # routes through a wrapper of its own, twice per request, ~10 % of a write's CPU
+        # (bench/results/ab-path-20261201.md). The routes already carry their router's
+        # tags and responses.
+        app.router.routes.extend(module.router.routes)
     app.state.mcp = mcp_http.mount(app)  # MCP over Streamable HTTP at /mcp
     routes = [route for module in routers for route in module.router.routes]
     # Outermost last: the metrics time the whole request, the access line follows its

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -40,7 +40,7 @@ from work_ledger.service.tokens import Principal, Role, TokenStore, token_prefix
 AGENT_HEADER = "X-WL-Agent"
 _SUFFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")
 # The `require(...)` dependencies: the operations that take a token.
-AUTHENTICATED: set[Callable[..., Awaitable[Caller]]] = set()
+AUTHENTICATED: set[Callable[..., Awaitable[Any]]] = set()
 
 
 @dataclass(frozen=True, slots=True)

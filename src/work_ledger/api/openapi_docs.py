@@ -1,6 +1,6 @@
 """What the OpenAPI document says that FastAPI cannot see: the bearer token and X-WL-Agent
 on every authenticated operation (the `require(...)` dependencies read them by hand), and
-Idempotency-Key on every write that takes `Writes`.
+Idempotency-Key on every write (`write_of(...)`).
 
 Which dependencies a route takes is read from its endpoint's signature (`Annotated[...,
 Depends(...)]`) and its `dependencies=`, with Python's own `inspect`, not from FastAPI's
@@ -19,7 +19,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
 
 from work_ledger.api.auth import AGENT_HEADER, AUTHENTICATED
-from work_ledger.api.writes import IDEMPOTENCY_HEADER, writes
+from work_ledger.api.writes import IDEMPOTENCY_HEADER, WRITES
 from work_ledger.service.idempotency import MAX_KEY_LENGTH
 
 _BEARER_HELP = "A token from `work-ledger token create`."
@@ -54,7 +54,7 @@ def document_headers(schema: dict[str, Any], routes: Sequence[BaseRoute]) -> Non
                 parameters.append(
                     _header(AGENT_HEADER, 200, "Act as a sub-agent: <principal>/<suffix>.")
                 )
-            if writes in depends:
+            if depends & WRITES:
                 parameters.append(
                     _header(
                         IDEMPOTENCY_HEADER,

@@ -1,9 +1,8 @@
 """The request path's codec: a body decoded once, straight from bytes to its typed model,
 and an answer encoded once, straight from its model to bytes.
 
-A route takes its body as a dependency, `Annotated[Model, Depends(body_of(Model))]`,
-declared after the caller's `require(...)`, so FastAPI runs it once the caller is
-authenticated: an anonymous request is refused before its body is read or parsed. The
+A write reads its body with `json_body` (in `api/writes.write_of`) once its caller is
+authenticated, so an anonymous request is refused before its body is read or parsed. The
 body is documented with `openapi_extra=body_doc(Model)`, the answer with
 `response_model=`; the route returns `answer(model)` or `answer_as(adapter, value)`, so
 FastAPI neither validates the response model a second time nor re-encodes it.
@@ -18,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Request, Response
@@ -54,16 +52,6 @@ async def raw_body(request: Request) -> bytes:
         raise InvalidInput(
             "the request body ended before its Content-Length; send it whole"
         ) from None
-
-
-def body_of(model: type[M]) -> Callable[[Request], Awaitable[M]]:
-    """The dependency that reads the request body as `model` (a 422 names each invalid
-    field)."""
-
-    async def parsed(request: Request) -> M:
-        return await json_body(request, model)
-
-    return parsed
 
 
 async def json_body(request: Request, model: type[M]) -> M:

@@ -94,14 +94,12 @@ class KeyedWrites:
 
     async def run(
         self,
-        key: Key | None,
+        key: Key,
         keying: Keying,
         write: Callable[[Ledger], Awaitable[T]],
         answer: Callable[[T], Outcome],
     ) -> Answer:
-        """Run `write` on the ledger, answered by `answer`: once per `key` (None: unkeyed)."""
-        if key is None:
-            return Answer(answer(await write(self.ledger)), replayed=False)
+        """Run `write` on the ledger, answered by `answer`, once per `key`."""
         if keying is Keying.APART:
             return await self._apart(key, write, answer)
         return await self._atomic(key, write, answer, rerunnable=keying is Keying.RERUNNABLE)
@@ -168,14 +166,12 @@ class KeyedWrites:
 
     async def looks(
         self,
-        key: Key | None,
+        key: Key,
         wait: Callable[[Look], Awaitable[Claim]],
         answer: Callable[[Claim], Outcome],
     ) -> Answer:
         """A long-poll claim: `wait` looks (with the `Look` it is given) until it has a
         claim or gives up; each look is a keyed transaction (the module docstring)."""
-        if key is None:
-            return Answer(answer(await wait(self.ledger.claim)), replayed=False)
         looks = _Looks(self, key)
         try:
             try:

@@ -8,7 +8,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 
 from work_ledger.api import problems
-from work_ledger.api.auth import Caller, require
 from work_ledger.api.request_state import unit_logged
 from work_ledger.api.schemas import (
     UNIT_ATTEMPT_JSON,
@@ -19,14 +18,13 @@ from work_ledger.api.schemas import (
     UnitAttemptOut,
     UnitOut,
 )
-from work_ledger.api.wire import answer_as, body_doc, body_of
-from work_ledger.api.writes import WritesDep
+from work_ledger.api.wire import answer_as, body_doc
+from work_ledger.api.writes import Write, write_of
 from work_ledger.domain.model import Attempt, Unit
 from work_ledger.service.keyed import Keying
 from work_ledger.service.tokens import Role
 
 router = APIRouter(tags=["attempts"], responses=problems.WRITE_RESPONSES)
-Agent = Annotated[Caller, Depends(require(Role.AGENT))]
 
 
 class AttemptUnitOut(UnitAttemptOut):
@@ -49,14 +47,12 @@ def _unit_attempt(request: Request, result: tuple[Unit, Attempt]) -> Response:
 async def heartbeat(
     request: Request,
     attempt_id: uuid.UUID,
-    writes: WritesDep,
-    caller: Agent,
-    body: Annotated[LeaseIn, Depends(body_of(LeaseIn))],
+    w: Annotated[Write[LeaseIn], Depends(write_of(LeaseIn, Role.AGENT))],
 ) -> Response:
     """Extend the lease of your live attempt; 409 attempt_superseded means stop working."""
-    return await writes.run(
+    return await w.run(
         Keying.ATOMIC,
-        lambda svc: svc.heartbeat(attempt_id, caller.actor(), lease_seconds=body.lease_seconds),
+        lambda svc: svc.heartbeat(attempt_id, w.caller.actor(), lease_seconds=w.body.lease_seconds),
         lambda result: _unit_attempt(request, result),
     )
 
@@ -67,13 +63,11 @@ async def heartbeat(
 async def record_cost(
     request: Request,
     attempt_id: uuid.UUID,
-    writes: WritesDep,
-    caller: Agent,
-    body: Annotated[CostIn, Depends(body_of(CostIn))],
+    w: Annotated[Write[CostIn], Depends(write_of(CostIn, Role.AGENT))],
 ) -> Response:
     """Add spent cents to an attempt (and its unit); recorded even after the attempt ended."""
-    return await writes.run(
+    return await w.run(
         Keying.ATOMIC,
-        lambda svc: svc.record_cost(attempt_id, body.cost_cents, caller.actor()),
+        lambda svc: svc.record_cost(attempt_id, w.body.cost_cents, w.caller.actor()),
         lambda result: _unit_attempt(request, result),
     )

@@ -9,7 +9,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 
 from work_ledger.api import problems
-from work_ledger.api.auth import Caller, require
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.request_state import claim_answered
 from work_ledger.api.routes.units import UnitRef
@@ -22,14 +21,13 @@ from work_ledger.api.schemas import (
     UnitAttempt,
     UnitAttemptOut,
 )
-from work_ledger.api.wire import answer_as, body_doc, body_of
-from work_ledger.api.writes import WritesDep
+from work_ledger.api.wire import answer_as, body_doc
+from work_ledger.api.writes import Write, write_of
 from work_ledger.domain.model import Claim
 from work_ledger.service.keyed import Keying, Look
 from work_ledger.service.tokens import Role
 
 router = APIRouter(tags=["units"], responses=problems.READ_RESPONSES)
-Agent = Annotated[Caller, Depends(require(Role.AGENT))]
 
 
 def _claim_out(request: Request, claim: Claim) -> Response:
@@ -45,9 +43,7 @@ def _claim_out(request: Request, claim: Claim) -> Response:
 )
 async def claim_next(
     request: Request,
-    writes: WritesDep,
-    caller: Agent,
-    body: Annotated[ClaimIn, Depends(body_of(ClaimIn))],
+    w: Annotated[Write[ClaimIn], Depends(write_of(ClaimIn, Role.AGENT))],
 ) -> Response:
     """Claim the oldest claimable unit, or get back the one you hold (`resumed`).
 
@@ -57,21 +53,21 @@ async def claim_next(
     def answered(claim: Claim) -> Response:
         return _claim_out(request, claim)
 
-    if body.wait_seconds == 0:
+    if w.body.wait_seconds == 0:
         # No long-poll: no place in the waiters' queue either (a claim that will not wait
         # needs no turn, and a wake-up meant for a waiter never lands on it).
-        return await writes.run(
+        return await w.run(
             Keying.RERUNNABLE,
             lambda svc: svc.claim(
-                caller.agent, domain=body.domain, lease_seconds=body.lease_seconds
+                w.caller.agent, domain=w.body.domain, lease_seconds=w.body.lease_seconds
             ),
             answered,
         )
 
     async def wait(look: Look) -> Claim:
-        return await _wait_for_claim(request, look, caller.agent, body)
+        return await _wait_for_claim(request, look, w.caller.agent, w.body)
 
-    return await writes.looks(wait, answered)
+    return await w.looks(wait, answered)
 
 
 async def _wait_for_claim(request: Request, look: Look, agent: str, body: ClaimIn) -> Claim:
@@ -108,9 +104,7 @@ async def _wait_for_claim(request: Request, look: Look, agent: str, body: ClaimI
 async def claim_named(
     request: Request,
     unit: UnitRef,
-    writes: WritesDep,
-    caller: Agent,
-    body: Annotated[LeaseIn, Depends(body_of(LeaseIn))],
+    w: Annotated[Write[LeaseIn], Depends(write_of(LeaseIn, Role.AGENT))],
 ) -> Response:
     """Claim this unit; 409 naming the holder and lease expiry if it is held or closed."""
 
@@ -121,8 +115,8 @@ async def claim_named(
         claim_answered(request, claim)
         return answer_as(UNIT_ATTEMPT_JSON, UnitAttempt(claim.unit, claim.attempt))
 
-    return await writes.run(
+    return await w.run(
         Keying.RERUNNABLE,
-        lambda svc: svc.claim_named(unit, caller.agent, lease_seconds=body.lease_seconds),
+        lambda svc: svc.claim_named(unit, w.caller.agent, lease_seconds=w.body.lease_seconds),
         answered,
     )

@@ -10,10 +10,9 @@ from pydantic import AwareDatetime, BaseModel, Field, StringConstraints
 from pydantic import Strict as StrictMark
 
 from work_ledger.api import problems
-from work_ledger.api.auth import Caller, require
 from work_ledger.api.schemas import Body
-from work_ledger.api.wire import MAX_FREE_DEPTH, FreeJson, answer, body_doc, body_of
-from work_ledger.api.writes import WritesDep
+from work_ledger.api.wire import MAX_FREE_DEPTH, FreeJson, answer, body_doc
+from work_ledger.api.writes import Write, write_of
 from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import MAX_BATCH, Ledger
 from work_ledger.service.tokens import Role
@@ -26,7 +25,6 @@ from work_ledger.temporal.ingest import (
 )
 
 router = APIRouter(tags=["projection"], responses=problems.WRITE_RESPONSES)
-ProjectorRole = Annotated[Caller, Depends(require(Role.PROJECTOR))]
 Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID)]
 
 
@@ -83,18 +81,16 @@ class ProjectionOut(BaseModel):
     "/projection/events", response_model=ProjectionOut, openapi_extra=body_doc(ProjectionIn)
 )
 async def project_events(
-    writes: WritesDep,
-    _: ProjectorRole,
-    body: Annotated[ProjectionIn, Depends(body_of(ProjectionIn))],
+    w: Annotated[Write[ProjectionIn], Depends(write_of(ProjectionIn, Role.PROJECTOR))],
 ) -> Response:
     """Record workflow events and apply each new one to its unit (see the README's mapping)."""
-    events = [WorkflowEvent(**e.model_dump()) for e in body.events]
+    events = [WorkflowEvent(**e.model_dump()) for e in w.body.events]
 
     def project(svc: Ledger) -> Awaitable[ProjectionReport]:
         return Projector(svc).project(events)
 
     # Apart: each event is a transaction of its own, applied once by its own key.
-    return await writes.run(
+    return await w.run(
         Keying.APART,
         project,
         lambda report: answer(ProjectionOut.model_validate(report.as_json())),

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from work_ledger.api import problems
-from work_ledger.api.auth import Caller, Reader, require
+from work_ledger.api.auth import Reader
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.request_state import ledger, unit_logged
 from work_ledger.api.schemas import (
@@ -21,8 +21,8 @@ from work_ledger.api.schemas import (
     QuestionPage,
     RouteIn,
 )
-from work_ledger.api.wire import answer, body_doc, body_of
-from work_ledger.api.writes import WritesDep
+from work_ledger.api.wire import answer, body_doc
+from work_ledger.api.writes import Write, write_of
 from work_ledger.domain.model import Question, QuestionStatus
 from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import Ledger
@@ -105,14 +105,14 @@ def _question_out(request: Request, question: Question) -> Response:
 async def cancel_question(
     request: Request,
     question_id: uuid.UUID,
-    writes: WritesDep,
-    caller: Annotated[Caller, Depends(require(Role.AGENT, Role.TRIAGE))],
-    body: Annotated[CancelIn, Depends(body_of(CancelIn))],
+    w: Annotated[Write[CancelIn], Depends(write_of(CancelIn, Role.AGENT, Role.TRIAGE))],
 ) -> Response:
     """Withdraw an open question (its holder, triage or an operator); the unit resumes."""
-    return await writes.run(
+    return await w.run(
         Keying.ATOMIC,
-        lambda svc: svc.cancel_question(question_id, caller.actor(Role.TRIAGE), reason=body.reason),
+        lambda svc: svc.cancel_question(
+            question_id, w.caller.actor(Role.TRIAGE), reason=w.body.reason
+        ),
         lambda question: _question_out(request, question),
     )
 
@@ -126,13 +126,11 @@ async def cancel_question(
 async def route(
     request: Request,
     question_id: uuid.UUID,
-    writes: WritesDep,
-    caller: Annotated[Caller, Depends(require(Role.TRIAGE))],
-    body: Annotated[RouteIn, Depends(body_of(RouteIn))],
+    w: Annotated[Write[RouteIn], Depends(write_of(RouteIn, Role.TRIAGE))],
 ) -> Response:
     """Record the human queue's item for an open question, once (the same id again: no-op)."""
-    return await writes.run(
+    return await w.run(
         Keying.ATOMIC,
-        lambda svc: route_question(svc.store, question_id, body.external_task_id, caller.agent),
+        lambda svc: route_question(svc.store, question_id, w.body.external_task_id, w.caller.agent),
         lambda question: _question_out(request, question),
     )

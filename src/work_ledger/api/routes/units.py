@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from work_ledger.api import problems
-from work_ledger.api.auth import Caller, Reader, refuse_role, require
+from work_ledger.api.auth import Reader, refuse_role
 from work_ledger.api.request_state import ledger, unit_logged
 from work_ledger.api.schemas import (
     MAX_LIMIT,
@@ -32,8 +32,8 @@ from work_ledger.api.schemas import (
     UnitQuestion,
     UnitQuestionOut,
 )
-from work_ledger.api.wire import answer, answer_as, body_doc, body_of
-from work_ledger.api.writes import WritesDep
+from work_ledger.api.wire import answer, answer_as, body_doc
+from work_ledger.api.writes import Write, write_of
 from work_ledger.domain.model import (
     Attempt,
     Disposition,
@@ -55,8 +55,6 @@ UnitRef = Annotated[
     Path(min_length=1, max_length=256, description="The unit's id (uuid) or its external_ref."),
 ]
 LedgerDep = Annotated[Ledger, Depends(ledger)]
-Agent = Annotated[Caller, Depends(require(Role.AGENT))]
-AgentOrHarness = Annotated[Caller, Depends(require(Role.AGENT, Role.HARNESS))]
 
 
 def _unit_attempt(request: Request, result: tuple[Unit, Attempt]) -> Response:
@@ -76,12 +74,10 @@ def _unit_question(request: Request, result: tuple[Unit, Question], status: int 
     openapi_extra=body_doc(RegisterIn),
 )
 async def register_units(
-    writes: WritesDep,
-    caller: Annotated[Caller, Depends(require())],
-    body: Annotated[RegisterIn, Depends(body_of(RegisterIn))],
+    w: Annotated[Write[RegisterIn], Depends(write_of(RegisterIn))],
 ) -> Response:
     """Register a batch of units (operator). Known external_refs are left as they are."""
-    units = [NewUnit(u.external_ref, u.fleet, u.domain, u.workflow_id) for u in body.units]
+    units = [NewUnit(u.external_ref, u.fleet, u.domain, u.workflow_id) for u in w.body.units]
 
     def registered_out(registered: list[Registered]) -> Response:
         created = sum(1 for r in registered if r.created)
@@ -93,8 +89,8 @@ async def register_units(
             )
         )
 
-    return await writes.run(
-        Keying.ATOMIC, lambda svc: svc.register(units, caller.actor()), registered_out
+    return await w.run(
+        Keying.ATOMIC, lambda svc: svc.register(units, w.caller.actor()), registered_out
     )
 
 
@@ -107,52 +103,50 @@ async def register_units(
 async def transition(
     request: Request,
     unit: UnitRef,
-    writes: WritesDep,
-    caller: AgentOrHarness,
-    body: Annotated[TransitionIn, Depends(body_of(TransitionIn))],
+    w: Annotated[Write[TransitionIn], Depends(write_of(TransitionIn, Role.AGENT, Role.HARNESS))],
 ) -> Response:
     """Start (`to: in_progress`), verify (`to: verified` with `evidence_url`) or release
     (`to: ready`, `outcome` failed or abandoned) a unit you hold."""
-    if body.to != "verified":
-        refuse_role(caller, Role.HARNESS, f"move a unit to {body.to}; a harness only verifies")
-    if body.to == "verified":
-        if body.evidence_url is None:
+    if w.body.to != "verified":
+        refuse_role(w.caller, Role.HARNESS, f"move a unit to {w.body.to}; a harness only verifies")
+    if w.body.to == "verified":
+        if w.body.evidence_url is None:
             raise InvalidInput(
                 "to verify a unit, send evidence_url: an http(s) link to the passing run",
                 invariant="unit_evidence_is_link",
             )
-        if body.outcome is not None:
+        if w.body.outcome is not None:
             raise InvalidInput("outcome applies to a release (to: ready) only; drop it")
-        evidence_url = body.evidence_url
+        evidence_url = w.body.evidence_url
 
         def write(svc: Ledger) -> Awaitable[tuple[Unit, Attempt]]:
             return svc.verify(
                 unit,
-                caller.actor(Role.HARNESS),
+                w.caller.actor(Role.HARNESS),
                 evidence_url,
-                attempt_id=body.attempt_id,
-                reason=body.reason,
+                attempt_id=w.body.attempt_id,
+                reason=w.body.reason,
             )
-    elif body.to == "in_progress":
-        if body.evidence_url is not None or body.outcome is not None:
+    elif w.body.to == "in_progress":
+        if w.body.evidence_url is not None or w.body.outcome is not None:
             raise InvalidInput("start takes no evidence_url or outcome; drop them")
 
         def write(svc: Ledger) -> Awaitable[tuple[Unit, Attempt]]:
-            return svc.start(unit, caller.actor(), attempt_id=body.attempt_id)
+            return svc.start(unit, w.caller.actor(), attempt_id=w.body.attempt_id)
     else:
-        if body.evidence_url is not None:
+        if w.body.evidence_url is not None:
             raise InvalidInput("a release takes no evidence_url; drop it")
 
         def write(svc: Ledger) -> Awaitable[tuple[Unit, Attempt]]:
             return svc.release(
                 unit,
-                caller.actor(),
-                outcome=Outcome(body.outcome or "abandoned"),
-                reason=body.reason,
-                attempt_id=body.attempt_id,
+                w.caller.actor(),
+                outcome=Outcome(w.body.outcome or "abandoned"),
+                reason=w.body.reason,
+                attempt_id=w.body.attempt_id,
             )
 
-    return await writes.run(Keying.ATOMIC, write, lambda r: _unit_attempt(request, r))
+    return await w.run(Keying.ATOMIC, write, lambda r: _unit_attempt(request, r))
 
 
 @router.post(
@@ -165,19 +159,17 @@ async def transition(
 async def block(
     request: Request,
     unit: UnitRef,
-    writes: WritesDep,
-    caller: AgentOrHarness,
-    body: Annotated[BlockIn, Depends(body_of(BlockIn))],
+    w: Annotated[Write[BlockIn], Depends(write_of(BlockIn, Role.AGENT, Role.HARNESS))],
 ) -> Response:
     """Block an in_progress unit on a question; its lease pauses until the answer."""
-    return await writes.run(
+    return await w.run(
         Keying.ATOMIC,
         lambda svc: svc.block(
             unit,
-            caller.actor(Role.HARNESS),
-            body.question,
-            assignee_group_slug=body.assignee_group_slug,
-            attempt_id=body.attempt_id,
+            w.caller.actor(Role.HARNESS),
+            w.body.question,
+            assignee_group_slug=w.body.assignee_group_slug,
+            attempt_id=w.body.attempt_id,
         ),
         lambda r: _unit_question(request, r, 201),
     )
@@ -192,15 +184,13 @@ async def block(
 async def unblock(
     request: Request,
     unit: UnitRef,
-    writes: WritesDep,
-    caller: Annotated[Caller, Depends(require(Role.TRIAGE))],
-    body: Annotated[UnblockIn, Depends(body_of(UnblockIn))],
+    w: Annotated[Write[UnblockIn], Depends(write_of(UnblockIn, Role.TRIAGE))],
 ) -> Response:
     """Answer a blocked unit's open question; the unit resumes in_progress for its holder."""
-    return await writes.run(
+    return await w.run(
         Keying.ATOMIC,
         lambda svc: svc.unblock(
-            unit, body.answer, caller.actor(Role.TRIAGE), question_id=body.question_id
+            unit, w.body.answer, w.caller.actor(Role.TRIAGE), question_id=w.body.question_id
         ),
         lambda r: _unit_question(request, r),
     )
@@ -215,9 +205,7 @@ async def unblock(
 async def dispose(
     request: Request,
     unit: UnitRef,
-    writes: WritesDep,
-    caller: Agent,
-    body: Annotated[DisposeIn, Depends(body_of(DisposeIn))],
+    w: Annotated[Write[DisposeIn], Depends(write_of(DisposeIn, Role.AGENT))],
 ) -> Response:
     """Close a unit for good: MIGRATED (from verified), DROPPED, DEFERRED or DEAD."""
 
@@ -225,15 +213,15 @@ async def dispose(
         unit_logged(request, found.id)
         return answer_as(UNIT_ONLY_JSON, UnitOnly(found))
 
-    return await writes.run(
+    return await w.run(
         Keying.ATOMIC,
         lambda svc: svc.dispose(
             unit,
-            body.disposition,
-            caller.actor(),
-            evidence_url=body.evidence_url,
-            reason=body.reason,
-            attempt_id=body.attempt_id,
+            w.body.disposition,
+            w.caller.actor(),
+            evidence_url=w.body.evidence_url,
+            reason=w.body.reason,
+            attempt_id=w.body.attempt_id,
         ),
         disposed,
     )
