@@ -201,6 +201,15 @@ class MetricsMiddleware:
     def __init__(self, app: ASGIApp, metrics: LedgerMetrics) -> None:
         self.app = app
         self.metrics = metrics
+        # Each labelled latency series, looked up once: `labels()` validates and locks.
+        self._series: dict[tuple[str, str, int], Any] = {}
+
+    def _observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        series = self._series.get((method, route, status))
+        if series is None:
+            series = self.metrics.request_duration.labels(method, route, str(status))
+            self._series[(method, route, status)] = series
+        series.observe(seconds)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -231,9 +240,7 @@ class MetricsMiddleware:
                 self.metrics.refusals.labels("internal_error", "none").inc()
             raise
         finally:
-            self.metrics.request_duration.labels(
-                scope["method"], _route(scope), str(status)
-            ).observe(time.perf_counter() - started)
+            self._observe(scope["method"], _route(scope), status, time.perf_counter() - started)
         result = (scope.get("state") or {}).get("claim_result")
         if result is not None:
             self.metrics.observe_claim(result)
