@@ -2,7 +2,7 @@
 of run.py).
 
     uv run --group bench python bench/ab_serve.py A_BIN B_BIN [--c 16] [--rounds 6]
-        [--seconds 4] [--life]
+        [--seconds 4] [--life] [--b-env KEY=VALUE]
 
 A_BIN and B_BIN are the `bin` folders of two virtual environments, each with its own build
 of work-ledger (e.g. a second checkout at another commit, `uv sync --group bench` in it).
@@ -42,9 +42,12 @@ _WINDOWS = itertools.count()
 
 
 @contextlib.asynccontextmanager
-async def serve(bin_dir: Path, url: str, home: Path) -> AsyncIterator[httpbench.AppProcess]:
+async def serve(
+    bin_dir: Path, url: str, home: Path, extra_env: dict[str, str]
+) -> AsyncIterator[httpbench.AppProcess]:
     port = httpbench.free_port()
     env = dict(os.environ, WL_DATABASE_URL=url, WL_HOME=str(home), WL_SECRET=httpbench.SECRET)
+    env.update(extra_env)
     log = (home / f"serve-{port}.log").open("ab")
     cmd = [str(bin_dir / "work-ledger"), "serve", "--port", str(port)]
     proc = await asyncio.create_subprocess_exec(*cmd, env=env, stdout=log, stderr=log)
@@ -103,7 +106,11 @@ async def main(args: argparse.Namespace) -> None:
             conn = await asyncpg.connect(url)
             await seed_ledger(conn, 200_000)
             await conn.close()
-            async with serve(builds["A"], url, home) as a, serve(builds["B"], url, home) as b:
+            b_env = dict(pair.split("=", 1) for pair in args.b_env)
+            async with (
+                serve(builds["A"], url, home, {}) as a,
+                serve(builds["B"], url, home, b_env) as b,
+            ):
                 apps = {"A": a, "B": b}
                 for round_no in range(args.rounds):
                     for name in ("A", "B") if round_no % 2 == 0 else ("B", "A"):
@@ -155,4 +162,7 @@ if __name__ == "__main__":
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seconds", type=float, default=4.0, help="each window's length")
     p.add_argument("--life", action="store_true", help="the five-request life, not claim+start")
+    p.add_argument(
+        "--b-env", action="append", default=[], help="KEY=VALUE for B's serve only (repeatable)"
+    )
     asyncio.run(main(p.parse_args()))

@@ -155,6 +155,9 @@ class _Counted:
         self.sent.append(query)
         return await self.pool.fetchrow(query, *args)
 
+    def get_max_size(self) -> int:
+        return self.pool.get_max_size()
+
 
 async def test_unknown_prefixes_cost_no_lookup_of_their_own(api: Api) -> None:
     """200 tokens with unknown prefixes at once: no per-token lookup, a shared reload or

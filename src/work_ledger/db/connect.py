@@ -92,5 +92,8 @@ async def create_pool(
         server_settings=server_settings,
         timeout=CONNECT_TIMEOUT_SECONDS,
         command_timeout=statement_timeout,
+        # Connections stay open until they fail or the pool closes: no idle timer re-armed
+        # on every release.
+        max_inactive_connection_lifetime=0,
     )
     return pool

@@ -6,6 +6,7 @@ RAISE ... CONSTRAINT), so the mapping needs no string matching.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -90,6 +91,12 @@ class Store:
     transaction it is not: the transaction's owner decides. There, with `savepoints`, each
     statement runs in a savepoint, so that a statement the database refuses leaves the
     transaction usable (the ledger looks at the unit again to explain a refusal).
+
+    Callers take the pool's connections in turn, in arrival order (`turns`, a semaphore
+    of the pool's size): asyncpg's pool queues its waiters in an asyncio.Queue, where a
+    newcomer takes the connection a woken waiter was handed, and that waiter goes to the
+    back of the queue. With 64 clients on 4 connections a few claims waited far longer
+    than the others (claim p99 2x, bench/results/ab-path-20261201.md).
     """
 
     def __init__(
@@ -98,33 +105,45 @@ class Store:
         *,
         conn: Connection | None = None,
         savepoints: bool = False,
+        turns: asyncio.Semaphore | None = None,
     ) -> None:
         self.pool = pool
         self.conn = conn
         self.savepoints = savepoints
+        self.turns = asyncio.Semaphore(pool.get_max_size()) if turns is None else turns
 
     def on(self, conn: Connection, *, savepoints: bool = False) -> Store:
         """These statements on `conn`, a connection of this pool in a transaction."""
-        return Store(self.pool, conn=conn, savepoints=savepoints)
+        return Store(self.pool, conn=conn, savepoints=savepoints, turns=self.turns)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
         """A connection of the pool in a transaction, committed when the block ends (rolled
         back if it raises); a database that cannot be reached is `Unavailable`."""
-        async with translated_errors(), self.pool.acquire() as conn, conn.transaction():
+        async with (
+            self.turns,
+            translated_errors(),
+            self.pool.acquire() as conn,
+            conn.transaction(),
+        ):
             yield conn
 
     async def begin(self) -> OpenTransaction:
         """A transaction held across awaits until `commit` or `end` (a long-poll look)."""
-        async with translated_errors():
-            conn = await self.pool.acquire()
-            tx = conn.transaction()
-            try:
-                await tx.start()
-            except BaseException:
-                await self.pool.release(conn)
-                raise
-        return OpenTransaction(self.pool, conn, tx)
+        await self.turns.acquire()
+        try:
+            async with translated_errors():
+                conn = await self.pool.acquire()
+                tx = conn.transaction()
+                try:
+                    await tx.start()
+                except BaseException:
+                    await self.pool.release(conn)
+                    raise
+        except BaseException:
+            self.turns.release()
+            raise
+        return OpenTransaction(self, conn, tx)
 
     async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
         rows: list[asyncpg.Record]
@@ -133,10 +152,11 @@ class Store:
             return rows
         # try/except, not translated_errors(): a context manager per statement cost more
         # than the rest of this method on the request path.
-        try:
-            rows = await self.pool.fetch(QUERIES[name], *args)
-        except Exception as exc:
-            rows = await self._after_error(exc, self.pool.fetch, name, args)
+        async with self.turns:
+            try:
+                rows = await self.pool.fetch(QUERIES[name], *args)
+            except Exception as exc:
+                rows = await self._after_error(exc, self.pool.fetch, name, args)
         return rows
 
     async def fetchrow(self, name: str, *args: Any) -> asyncpg.Record | None:
@@ -144,10 +164,11 @@ class Store:
         if self.conn is not None:
             row = await self._in_transaction(self.conn.fetchrow, name, args)
             return row
-        try:
-            row = await self.pool.fetchrow(QUERIES[name], *args)
-        except Exception as exc:
-            row = await self._after_error(exc, self.pool.fetchrow, name, args)
+        async with self.turns:
+            try:
+                row = await self.pool.fetchrow(QUERIES[name], *args)
+            except Exception as exc:
+                row = await self._after_error(exc, self.pool.fetchrow, name, args)
         return row
 
     async def _in_transaction(
@@ -188,13 +209,16 @@ class Store:
 
 
 class OpenTransaction:
-    """A transaction on a connection of the pool, left open across awaits by its owner."""
+    """A transaction on a connection of the pool, left open across awaits by its owner;
+    it holds its turn (`Store.turns`) until `end`."""
 
-    def __init__(self, pool: asyncpg.Pool, conn: PoolConnectionProxy, tx: Transaction) -> None:
-        self.pool, self.conn, self.tx = pool, conn, tx
+    def __init__(self, store: Store, conn: PoolConnectionProxy, tx: Transaction) -> None:
+        self.pool, self.conn, self.tx = store.pool, conn, tx
+        self._turns = store.turns
+        self._ended = False
 
     def store(self, *, savepoints: bool = False) -> Store:
-        return Store(self.pool, conn=self.conn, savepoints=savepoints)
+        return Store(self.pool, conn=self.conn, savepoints=savepoints, turns=self._turns)
 
     async def commit(self) -> None:
         async with translated_errors():
@@ -203,7 +227,13 @@ class OpenTransaction:
     async def end(self) -> None:
         """Roll back (nothing to do after a commit) and give the connection back. A dead
         connection has rolled back already: the pool drops it."""
-        with contextlib.suppress(Exception):
-            await self.tx.rollback()
-        with contextlib.suppress(Exception):
-            await self.pool.release(self.conn)
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            with contextlib.suppress(Exception):
+                await self.tx.rollback()
+            with contextlib.suppress(Exception):
+                await self.pool.release(self.conn)
+        finally:
+            self._turns.release()
