@@ -1,9 +1,9 @@
 """The request path's own CPU, in process: claim then start (the HTTP section's
 claim+start, each by a sub-agent of its own) through an ASGI app called directly (no
-sockets, no uvicorn): serve's app, or the bare app
+sockets, no uvicorn): serve's app as `create_app` builds it, or the bare app
 (`asgi_raw.py`) that the HTTP section measures serve against (not part of run.py).
 
-    uv run --group bench python bench/inproc.py [seconds=5] [workers=16] \\
+    uv run --group bench python -m bench.inproc [seconds=5] [workers=16] \\
         [serve|bare] [profile]
 
 Starts its own embedded PostgreSQL, seeds 30,000 units, builds the real app with
@@ -28,16 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import asgi_raw
 import asyncpg
-import httpbench
-from claims import seed_ledger
-from harness import Server, start_embedded
 
-from work_ledger.api.access_log import configure_logging
+from bench import asgi_raw, httpbench
+from bench.claims import seed_ledger
+from bench.harness import Server, start_embedded
 from work_ledger.api.app import create_app
+from work_ledger.api.access_log import configure_logging
 from work_ledger.config import Settings
 
 _ITEMS = itertools.count()
