@@ -37,8 +37,20 @@ READ_VIEWS = (
     "v_rework",
     "v_disposition_summary",
     "v_question_wait",
+    "v_waiting",
+    "v_budget",
+    "v_cost_by_model",
 )
-STATES = ("ready", "claimed", "in_progress", "blocked", "verified", "done", "abandoned")
+STATES = (
+    "ready",
+    "waiting",
+    "claimed",
+    "in_progress",
+    "blocked",
+    "verified",
+    "done",
+    "abandoned",
+)
 SCRAM_ITERATIONS = 4096
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
