@@ -1,5 +1,8 @@
 """The Python SDK of work-ledger: a typed client of its HTTP API, sync and async.
 
+`AsyncClient` (`aio.py`, `aio_work.py`) is the source; `Client` (`sync.py`, `work.py`) is
+generated from it by `scripts/unasync.py`, so both have the same methods.
+
 It imports nothing from the server side (only `work_ledger.errors`), so it can ship alone.
 
     from work_ledger.client import Client
@@ -33,20 +36,22 @@ from work_ledger.client.models import (
     to_json,
 )
 from work_ledger.client.sync import Client
-from work_ledger.client.work import Work
+from work_ledger.client.work import Claiming, Work
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for type checkers only: at run time `__getattr__` imports them on first use
     from work_ledger.client.aio import AsyncClient
-    from work_ledger.client.aio_work import AsyncWork
+    from work_ledger.client.aio_work import AsyncClaiming, AsyncWork
 
 __all__ = [
     "AGENT_HEADER",
     "DEFAULT_URL",
     "Asked",
+    "AsyncClaiming",
     "AsyncClient",
     "AsyncWork",
     "Attempt",
     "Claim",
+    "Claiming",
     "Client",
     "Event",
     "NewUnit",
@@ -72,8 +77,8 @@ def __getattr__(name: str) -> Any:
         from work_ledger.client.aio import AsyncClient
 
         return AsyncClient
-    if name == "AsyncWork":
-        from work_ledger.client.aio_work import AsyncWork
+    if name in ("AsyncWork", "AsyncClaiming"):
+        from work_ledger.client import aio_work
 
-        return AsyncWork
+        return getattr(aio_work, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
