@@ -18,23 +18,28 @@ Errors are the server's own classes (`work_ledger.errors`), carrying `invariant`
 
 from typing import TYPE_CHECKING, Any
 
-from work_ledger.client._calls import AGENT_HEADER, DEFAULT_URL
+from work_ledger.client._parse import to_json
+from work_ledger.client._sending import AGENT_HEADER, DEFAULT_URL
 from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
 from work_ledger.client.models import (
     Asked,
     Attempt,
     Claim,
     Event,
+    NewChild,
     NewUnit,
     Page,
     Question,
     Registered,
     Registration,
+    Split,
     Step,
     Unit,
     UnitDetail,
-    to_json,
+    UnitRef,
+    Waiting,
 )
+from work_ledger.client.money import Budget, CostRecord, ModelCost
 from work_ledger.client.sync import Client
 from work_ledger.client.work import Claiming, Work
 
@@ -50,20 +55,27 @@ __all__ = [
     "AsyncClient",
     "AsyncWork",
     "Attempt",
+    "Budget",
     "Claim",
     "Claiming",
     "Client",
+    "CostRecord",
     "Event",
+    "ModelCost",
+    "NewChild",
     "NewUnit",
     "NothingToClaim",
     "Page",
     "Question",
     "Registered",
     "Registration",
+    "Split",
     "Step",
     "Unit",
     "UnitDetail",
+    "UnitRef",
     "Unreachable",
+    "Waiting",
     "Work",
     "error_from_response",
     "to_json",

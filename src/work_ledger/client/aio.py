@@ -21,19 +21,23 @@ import httpx
 
 from work_ledger.client import _calls as calls
 from work_ledger.client._endpoints import Endpoints, refuse_token_in_clear, tls_verify
+from work_ledger.client._sending import Call, Sending, default_url, headers
 from work_ledger.client.aio_work import AsyncClaiming, AsyncWork
 from work_ledger.client.models import (
     Asked,
     Claim,
     Event,
+    NewChild,
     NewUnit,
     Page,
     Question,
     Registration,
+    Split,
     Step,
     Unit,
     UnitDetail,
 )
+from work_ledger.client.money import Budget, CostRecord
 
 T = TypeVar("T")
 
@@ -61,8 +65,8 @@ class AsyncClient:
         ca_bundle: str | os.PathLike[str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.endpoints = Endpoints(url or calls.default_url())
-        sent = calls.headers(token, agent)
+        self.endpoints = Endpoints(url or default_url())
+        sent = headers(token, agent)
         if "Authorization" in sent:
             refuse_token_in_clear(self.endpoints.urls, transport)
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
@@ -87,9 +91,9 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def send(self, call: calls.Call[T]) -> T:
+    async def send(self, call: Call[T]) -> T:
         """Send one call; retry connection errors and 503 with the same Idempotency-Key."""
-        sending = calls.Sending(call, self)
+        sending = Sending(call, self)
         while True:
             try:
                 response = await self._http.request(**sending.request)
@@ -131,9 +135,30 @@ class AsyncClient:
         return await self.send(calls.heartbeat(attempt_id, lease_seconds, key))
 
     async def record_cost(
-        self, attempt_id: str, cost_cents: int, *, key: str | None = None
+        self,
+        attempt_id: str,
+        cost_cents: int,
+        *,
+        model: str | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cache_read_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
+        estimated: bool = False,
+        key: str | None = None,
     ) -> Step:
-        return await self.send(calls.record_cost(attempt_id, cost_cents, key))
+        """Record spent money (cents >= 0) on an attempt, optionally by model and tokens;
+        `estimated`: the cents are a list-price estimate. Recorded past a budget's cap too."""
+        record = CostRecord(
+            cost_cents,
+            model,
+            input_tokens,
+            output_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
+            estimated,
+        )
+        return await self.send(calls.record_cost(attempt_id, record, key))
 
     async def start(
         self, unit: str, *, attempt_id: str | None = None, key: str | None = None
@@ -192,6 +217,34 @@ class AsyncClient:
         return await self.send(
             calls.dispose(unit, disposition, evidence_url, reason, attempt_id, key)
         )
+
+    async def split(
+        self,
+        unit: str,
+        children: Iterable[NewChild | Mapping[str, Any] | str],
+        *,
+        reason: str | None = None,
+        attempt_id: str | None = None,
+        key: str | None = None,
+    ) -> Split:
+        """Hand back an in_progress unit too big for one attempt as child units (<= 100;
+        each an external_ref, or {"external_ref", "domain"?, "requires"?}). The attempt ends
+        `split`; the unit waits on its children, then comes back ready to integrate."""
+        return await self.send(calls.split(unit, children, reason, attempt_id, key))
+
+    async def waive(
+        self, unit: str, prerequisite: str, *, reason: str | None = None, key: str | None = None
+    ) -> Unit:
+        """Operator: drop one prerequisite of a waiting unit (one held by a DEAD or DEFERRED
+        prerequisite); the unit becomes ready if nothing else holds it."""
+        return await self.send(calls.waive(unit, prerequisite, reason, key))
+
+    async def set_budget(
+        self, fleet: str, cap_cents: int, *, domain: str | None = None, key: str | None = None
+    ) -> Budget:
+        """Operator: set the cap of a fleet's budget (or of one domain of it). Once spent >=
+        cap, nothing in its scope is claimed anew; raising the cap wakes long-polls."""
+        return await self.send(calls.set_budget(fleet, cap_cents, domain, key))
 
     async def cancel_question(
         self, question_id: str, *, reason: str | None = None, key: str | None = None
@@ -256,6 +309,10 @@ class AsyncClient:
 
     async def get_question(self, question_id: str, *, wait_seconds: int | None = None) -> Question:
         return await self.send(calls.get_question(question_id, wait_seconds))
+
+    async def budgets(self) -> list[Budget]:
+        """Every budget with its cap, spent and remaining cents (any role but agent)."""
+        return await self.send(calls.budgets())
 
     async def healthz(self) -> dict[str, Any]:
         return await self.send(calls.health("/healthz"))

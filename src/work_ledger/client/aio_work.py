@@ -8,15 +8,17 @@ the next call on the work, and at the end of the block.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from work_ledger.client import _calls as calls
 from work_ledger.client._aio_heartbeat import AsyncHeartbeat
+from work_ledger.client._sending import Call
 from work_ledger.client._work import WorkBase, deadline_of, next_wait
 from work_ledger.client.errors import Unreachable
-from work_ledger.client.models import Claim, Question, Step, Unit, UnitDetail
+from work_ledger.client.models import Claim, NewChild, Question, Split, Step, Unit, UnitDetail
+from work_ledger.client.money import CostRecord
 from work_ledger.errors import AttemptSuperseded, Unavailable, WorkLedgerError
 
 T = TypeVar("T")
@@ -27,7 +29,7 @@ class AsyncSender(Protocol):
 
     timeout: float
 
-    async def send(self, call: calls.Call[T]) -> T: ...
+    async def send(self, call: Call[T]) -> T: ...
 
 
 class AsyncWork(WorkBase):
@@ -104,7 +106,7 @@ class AsyncWork(WorkBase):
 
     # -- the unit's writes, fenced by the attempt ----------------------------------------
 
-    async def _fenced(self, call: calls.Call[T]) -> T:
+    async def _fenced(self, call: Call[T]) -> T:
         self._state.check()
         try:
             return await self.client.send(call)
@@ -121,9 +123,33 @@ class AsyncWork(WorkBase):
         call = calls.heartbeat(self.attempt.id, self._state.lease_seconds, None)
         return self._stepped(await self._fenced(call))
 
-    async def cost(self, cost_cents: int) -> Step:
-        """Add spent cents to this attempt; recorded even after the attempt ended."""
-        step = await self.client.send(calls.record_cost(self.attempt.id, cost_cents, None))
+    async def cost(
+        self,
+        cost_cents: int,
+        *,
+        model: str | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cache_read_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
+        estimated: bool = False,
+    ) -> Step:
+        """Record spent money on this attempt (optionally by model and tokens); recorded
+        even after the attempt ended, and past a budget's cap."""
+        record = CostRecord(
+            cost_cents,
+            model,
+            input_tokens,
+            output_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
+            estimated,
+        )
+        return await self.record(record)
+
+    async def record(self, record: CostRecord) -> Step:
+        """Record one `CostRecord` on this attempt (as `cost`)."""
+        step = await self.client.send(calls.record_cost(self.attempt.id, record, None))
         self._took_attempt(step.attempt)
         return step
 
@@ -146,6 +172,16 @@ class AsyncWork(WorkBase):
         self._state.end()
         self._took_unit(unit)
         return unit
+
+    async def split(
+        self, children: Iterable[NewChild | Mapping[str, Any] | str], *, reason: str | None = None
+    ) -> Split:
+        """Hand the unit back as children (see `AsyncClient.split`); the attempt ends `split`."""
+        call = calls.split(self.unit.id, children, reason, self.attempt.id, None)
+        done = await self._fenced(call)
+        self._state.end()
+        self._took_unit(done.unit)
+        return done
 
     async def block(self, question: str, *, assignee_group_slug: str | None = None) -> Question:
         """in_progress → blocked with a question; the lease pauses until it is answered."""

@@ -23,18 +23,22 @@ import httpx
 
 from work_ledger.client import _calls as calls
 from work_ledger.client._endpoints import Endpoints, refuse_token_in_clear, tls_verify
+from work_ledger.client._sending import Call, Sending, default_url, headers
 from work_ledger.client.models import (
     Asked,
     Claim,
     Event,
+    NewChild,
     NewUnit,
     Page,
     Question,
     Registration,
+    Split,
     Step,
     Unit,
     UnitDetail,
 )
+from work_ledger.client.money import Budget, CostRecord
 from work_ledger.client.work import Claiming, Work
 
 T = TypeVar("T")
@@ -63,8 +67,8 @@ class Client:
         ca_bundle: str | os.PathLike[str] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.endpoints = Endpoints(url or calls.default_url())
-        sent = calls.headers(token, agent)
+        self.endpoints = Endpoints(url or default_url())
+        sent = headers(token, agent)
         if "Authorization" in sent:
             refuse_token_in_clear(self.endpoints.urls, transport)
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
@@ -89,9 +93,9 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def send(self, call: calls.Call[T]) -> T:
+    def send(self, call: Call[T]) -> T:
         """Send one call; retry connection errors and 503 with the same Idempotency-Key."""
-        sending = calls.Sending(call, self)
+        sending = Sending(call, self)
         while True:
             try:
                 response = self._http.request(**sending.request)
@@ -132,8 +136,31 @@ class Client:
     ) -> Step:
         return self.send(calls.heartbeat(attempt_id, lease_seconds, key))
 
-    def record_cost(self, attempt_id: str, cost_cents: int, *, key: str | None = None) -> Step:
-        return self.send(calls.record_cost(attempt_id, cost_cents, key))
+    def record_cost(
+        self,
+        attempt_id: str,
+        cost_cents: int,
+        *,
+        model: str | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cache_read_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
+        estimated: bool = False,
+        key: str | None = None,
+    ) -> Step:
+        """Record spent money (cents >= 0) on an attempt, optionally by model and tokens;
+        `estimated`: the cents are a list-price estimate. Recorded past a budget's cap too."""
+        record = CostRecord(
+            cost_cents,
+            model,
+            input_tokens,
+            output_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
+            estimated,
+        )
+        return self.send(calls.record_cost(attempt_id, record, key))
 
     def start(self, unit: str, *, attempt_id: str | None = None, key: str | None = None) -> Step:
         return self.send(calls.start(unit, attempt_id, key))
@@ -188,6 +215,34 @@ class Client:
         key: str | None = None,
     ) -> Unit:
         return self.send(calls.dispose(unit, disposition, evidence_url, reason, attempt_id, key))
+
+    def split(
+        self,
+        unit: str,
+        children: Iterable[NewChild | Mapping[str, Any] | str],
+        *,
+        reason: str | None = None,
+        attempt_id: str | None = None,
+        key: str | None = None,
+    ) -> Split:
+        """Hand back an in_progress unit too big for one attempt as child units (<= 100;
+        each an external_ref, or {"external_ref", "domain"?, "requires"?}). The attempt ends
+        `split`; the unit waits on its children, then comes back ready to integrate."""
+        return self.send(calls.split(unit, children, reason, attempt_id, key))
+
+    def waive(
+        self, unit: str, prerequisite: str, *, reason: str | None = None, key: str | None = None
+    ) -> Unit:
+        """Operator: drop one prerequisite of a waiting unit (one held by a DEAD or DEFERRED
+        prerequisite); the unit becomes ready if nothing else holds it."""
+        return self.send(calls.waive(unit, prerequisite, reason, key))
+
+    def set_budget(
+        self, fleet: str, cap_cents: int, *, domain: str | None = None, key: str | None = None
+    ) -> Budget:
+        """Operator: set the cap of a fleet's budget (or of one domain of it). Once spent >=
+        cap, nothing in its scope is claimed anew; raising the cap wakes long-polls."""
+        return self.send(calls.set_budget(fleet, cap_cents, domain, key))
 
     def cancel_question(
         self, question_id: str, *, reason: str | None = None, key: str | None = None
@@ -249,6 +304,10 @@ class Client:
 
     def get_question(self, question_id: str, *, wait_seconds: int | None = None) -> Question:
         return self.send(calls.get_question(question_id, wait_seconds))
+
+    def budgets(self) -> list[Budget]:
+        """Every budget with its cap, spent and remaining cents (any role but agent)."""
+        return self.send(calls.budgets())
 
     def healthz(self) -> dict[str, Any]:
         return self.send(calls.health("/healthz"))

@@ -10,15 +10,17 @@ the next call on the work, and at the end of the block.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from work_ledger.client import _calls as calls
 from work_ledger.client._heartbeat import Heartbeat
+from work_ledger.client._sending import Call
 from work_ledger.client._work import WorkBase, deadline_of, next_wait
 from work_ledger.client.errors import Unreachable
-from work_ledger.client.models import Claim, Question, Step, Unit, UnitDetail
+from work_ledger.client.models import Claim, NewChild, Question, Split, Step, Unit, UnitDetail
+from work_ledger.client.money import CostRecord
 from work_ledger.errors import AttemptSuperseded, Unavailable, WorkLedgerError
 
 T = TypeVar("T")
@@ -29,7 +31,7 @@ class Sender(Protocol):
 
     timeout: float
 
-    def send(self, call: calls.Call[T]) -> T: ...
+    def send(self, call: Call[T]) -> T: ...
 
 
 class Work(WorkBase):
@@ -106,7 +108,7 @@ class Work(WorkBase):
 
     # -- the unit's writes, fenced by the attempt ----------------------------------------
 
-    def _fenced(self, call: calls.Call[T]) -> T:
+    def _fenced(self, call: Call[T]) -> T:
         self._state.check()
         try:
             return self.client.send(call)
@@ -123,9 +125,33 @@ class Work(WorkBase):
         call = calls.heartbeat(self.attempt.id, self._state.lease_seconds, None)
         return self._stepped(self._fenced(call))
 
-    def cost(self, cost_cents: int) -> Step:
-        """Add spent cents to this attempt; recorded even after the attempt ended."""
-        step = self.client.send(calls.record_cost(self.attempt.id, cost_cents, None))
+    def cost(
+        self,
+        cost_cents: int,
+        *,
+        model: str | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cache_read_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
+        estimated: bool = False,
+    ) -> Step:
+        """Record spent money on this attempt (optionally by model and tokens); recorded
+        even after the attempt ended, and past a budget's cap."""
+        record = CostRecord(
+            cost_cents,
+            model,
+            input_tokens,
+            output_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
+            estimated,
+        )
+        return self.record(record)
+
+    def record(self, record: CostRecord) -> Step:
+        """Record one `CostRecord` on this attempt (as `cost`)."""
+        step = self.client.send(calls.record_cost(self.attempt.id, record, None))
         self._took_attempt(step.attempt)
         return step
 
@@ -148,6 +174,16 @@ class Work(WorkBase):
         self._state.end()
         self._took_unit(unit)
         return unit
+
+    def split(
+        self, children: Iterable[NewChild | Mapping[str, Any] | str], *, reason: str | None = None
+    ) -> Split:
+        """Hand the unit back as children (see `Client.split`); the attempt ends `split`."""
+        call = calls.split(self.unit.id, children, reason, self.attempt.id, None)
+        done = self._fenced(call)
+        self._state.end()
+        self._took_unit(done.unit)
+        return done
 
     def block(self, question: str, *, assignee_group_slug: str | None = None) -> Question:
         """in_progress → blocked with a question; the lease pauses until it is answered."""

@@ -1,4 +1,4 @@
-"""The tools that end an attempt: verify, dispose, release."""
+"""The tools that end an attempt: verify, dispose, release, split."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
+from work_ledger.client import NewChild
 from work_ledger.mcp.holding import UnitRef
 from work_ledger.mcp.session import session_of, tool
 
@@ -63,4 +64,41 @@ async def release(
     return f"Released {work.unit.external_ref} (attempt {outcome}). Claim another unit."
 
 
-TOOLS = (verify, dispose, release)
+@tool
+async def split(
+    ctx: Context,
+    children: Annotated[
+        list[str],
+        Field(
+            min_length=1,
+            max_length=100,
+            description="New external_refs, one per sub-unit, each small enough for one attempt.",
+        ),
+    ],
+    in_order: Annotated[
+        bool, Field(description="True: each child requires the one before it.")
+    ] = False,
+    reason: Reason = None,
+    unit: UnitRef = None,
+) -> str:
+    """Use when the unit you hold is too big for one attempt: hand it back as smaller
+    sub-units instead of failing or releasing it. Your attempt ends (outcome split); the
+    children are registered for any agent to claim; the unit waits until they finish, then
+    comes back ready to be integrated, verified and disposed."""
+    session = session_of(ctx)
+    work = await session.work_for(unit)
+    wanted: list[NewChild | str] = list(children)
+    if in_order:
+        wanted = [
+            NewChild(ref, requires=tuple(children[i - 1 : i])) for i, ref in enumerate(children)
+        ]
+    done = await work.split(wanted, reason=reason)
+    await session.drop(work)
+    refs = ", ".join(c.external_ref for c in done.children)
+    return (
+        f"Split {done.unit.external_ref} into {len(done.children)} units: {refs}. It is "
+        f"{done.unit.state} until they finish. Claim the next unit (perhaps one of them)."
+    )
+
+
+TOOLS = (verify, dispose, release, split)

@@ -8,8 +8,9 @@ from typing import Annotated
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from work_ledger.client import to_json
-from work_ledger.mcp.session import lease_text, session_of, tool
+from work_ledger.client import AsyncWork, NothingToClaim, to_json
+from work_ledger.mcp.explain import nothing_claimable
+from work_ledger.mcp.session import Refusal, Session, lease_text, session_of, tool
 
 UnitRef = Annotated[
     str | None,
@@ -25,11 +26,15 @@ async def claim(
     wait_seconds: Annotated[int, Field(ge=0, le=60, description="Wait for one.")] = 0,
 ) -> str:
     """Claim the next unit of work (or a named one) and start it (state in_progress).
-    Call this to get work; you hold one unit at a time (asking again returns it)."""
+    Call this to get work; you hold one unit at a time (asking again returns it). When
+    nothing is claimable it says why: what units wait on, or a spent budget (then stop)."""
     session = session_of(ctx)
-    work = await session.client.claim_work(
-        domain=domain, unit=unit, wait_seconds=wait_seconds or None
-    )
+    try:
+        work = await session.client.claim_work(
+            domain=domain, unit=unit, wait_seconds=wait_seconds or None
+        )
+    except NothingToClaim:
+        work = await _ready_but_not_handed_out(session, domain)
     await session.hold(work)
     again = " (you already held it)" if work.resumed else ""
     return (
@@ -37,6 +42,16 @@ async def claim(
         f"{work.attempt.attempt_no}, state {work.unit.state}{lease_text(work)}. Do the work; "
         "then verify with an evidence link and dispose MIGRATED."
     )
+
+
+async def _ready_but_not_handed_out(session: Session, domain: str | None) -> AsyncWork:
+    """Pull-next found nothing. A unit still ready is held back by a budget: claiming it by
+    name gets the refusal naming the cap and the spend (or the unit, had it just come back).
+    With none ready, the refusal names what the waiting units wait on."""
+    ready = await session.client.list_units(state="ready", domain=domain, limit=1)
+    if not ready.items:
+        raise Refusal(await nothing_claimable(session.client, domain))
+    return await session.client.claim_work(unit=ready.items[0].id)
 
 
 @tool
@@ -48,17 +63,40 @@ async def heartbeat(ctx: Context, unit: UnitRef = None) -> str:
     return f"Claim on {work.unit.external_ref} is live{lease_text(work)}."
 
 
+Tokens = Annotated[int | None, Field(ge=0, description="Tokens of this class, if known.")]
+
+
 @tool
 async def record_cost(
     ctx: Context,
-    cost_cents: Annotated[int, Field(gt=0, description="Cents spent since the last call.")],
+    cost_cents: Annotated[
+        int, Field(ge=0, description="Cents spent since the last call (0: tokens only).")
+    ],
+    model: Annotated[str | None, Field(max_length=128, description="The model used.")] = None,
+    input_tokens: Tokens = None,
+    output_tokens: Tokens = None,
+    cache_read_tokens: Tokens = None,
+    cache_write_tokens: Tokens = None,
+    estimated: Annotated[
+        bool, Field(description="True: the cents are a list-price estimate, not a bill.")
+    ] = False,
     unit: UnitRef = None,
 ) -> str:
-    """Add money spent on the unit (whole cents) to your attempt. Call as you spend."""
+    """Record money and tokens spent on the unit to your attempt, per model. Call as you
+    spend. Always recorded, even past a budget's cap."""
     work = await session_of(ctx).work_for(unit)
-    step = await work.cost(cost_cents)
+    step = await work.cost(
+        cost_cents,
+        model=model,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cache_read_tokens=cache_read_tokens,
+        cache_write_tokens=cache_write_tokens,
+        estimated=estimated,
+    )
+    what = f"{cost_cents} cents" + (f" of {model}" if model else "")
     return (
-        f"Recorded {cost_cents} cents; unit {step.unit.external_ref} has cost "
+        f"Recorded {what}; unit {step.unit.external_ref} has cost "
         f"{step.unit.cost_cents} cents so far."
     )
 

@@ -24,9 +24,10 @@ INSTRUCTIONS = """\
 work-ledger hands out units of migration work, one at a time, and keeps their record.
 Loop: claim -> do the work (record_cost as money is spent) -> verify with a link to the
 evidence -> dispose MIGRATED -> claim the next. A human must answer something: ask.
-Cannot finish: release (the unit goes back for another attempt). Heartbeats run by
-themselves while this server runs. A refusal names the rule and what is allowed next;
-`attempt_superseded` means the claim is lost: stop working on that unit and claim another."""
+Too big for one attempt: split it into sub-units. Cannot finish: release (the unit goes
+back for another attempt). Heartbeats run by themselves while this server runs. A refusal
+names the rule and what is allowed next; `attempt_superseded` means the claim is lost: stop
+working on that unit and claim another; `budget_exhausted` means stop claiming."""
 
 TOOLS = (*holding.TOOLS, *asking.TOOLS, *ending.TOOLS)
 # Opens what the tools need and yields how a tool finds its caller's `Session`.

@@ -16,6 +16,7 @@ from mcp.types import CallToolResult, TextContent
 
 from work_ledger.client import AsyncClient, AsyncWork, Claim, NothingToClaim
 from work_ledger.errors import AttemptSuperseded, WorkLedgerError
+from work_ledger.mcp.explain import refusal
 
 P = ParamSpec("P")
 
@@ -110,7 +111,7 @@ class Session:
                 await self.drop(work)
             return result(render(exc), error=True)
         except WorkLedgerError as exc:
-            return result(render(exc), error=True)
+            return result(refusal(exc) or render(exc), error=True)
 
 
 # Finds the caller's Session: the one of a stdio server, or one per caller over HTTP. The
