@@ -13,6 +13,7 @@ A bad file or field is reported and left out, never fatal: the command's work st
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
@@ -100,13 +101,16 @@ def _model_record(model: str, entry: Any) -> CostRecord | None:
 
 
 def _cents(usd: Any, name: str) -> int | None:
-    """Whole cents, rounded up, of a dollar amount (a JSON number read as Decimal)."""
+    """Whole cents, rounded up, of a dollar amount: a JSON number read as Decimal (a float,
+    from a caller, by its shortest text, so 0.07 stays 0.07)."""
     if usd is None:
         return None
-    if isinstance(usd, bool) or not isinstance(usd, Decimal | int) or usd < 0:
+    number = isinstance(usd, Decimal | int | float) and not isinstance(usd, bool)
+    if not number or not math.isfinite(usd) or usd < 0:
         _warn(f"{name} must be a dollar amount >= 0, not {usd!r}; ignored")
         return None
-    return int((Decimal(usd) * 100).to_integral_value(rounding=ROUND_CEILING))
+    dollars = Decimal(repr(usd)) if isinstance(usd, float) else Decimal(usd)
+    return int((dollars * 100).to_integral_value(rounding=ROUND_CEILING))
 
 
 def _count(value: Any) -> bool:

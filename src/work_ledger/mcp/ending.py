@@ -72,7 +72,7 @@ async def split(
         Field(
             min_length=1,
             max_length=100,
-            description="New external_refs, one per sub-unit, each small enough for one attempt.",
+            description="New external_refs, one per sub-unit small enough for one attempt.",
         ),
     ],
     in_order: Annotated[

@@ -9,7 +9,10 @@ stops it) or the units waiting and what each waits on.
 
 from __future__ import annotations
 
+import contextlib
+
 from work_ledger.client import AsyncClient, Budget, Waiting
+from work_ledger.client.errors import rule_of
 from work_ledger.errors import WorkLedgerError
 
 BUDGET_EXHAUSTED = "budget_exhausted"
@@ -17,11 +20,6 @@ ATTEMPT_LIMIT_REACHED = "attempt_limit_reached"
 PREREQUISITES_UNFINISHED = "prerequisites_unfinished"
 # How many waiting units the claim tool names when nothing is claimable.
 SHOWN_WAITING = 5
-
-
-def rule_of(exc: WorkLedgerError) -> str:
-    """The rule that refused: the server's `invariant`, else its error code."""
-    return exc.invariant or exc.code
 
 
 def exhausted_budget(exc: WorkLedgerError) -> Budget | None:
@@ -74,15 +72,24 @@ def refusal(exc: WorkLedgerError) -> str | None:
 async def nothing_claimable(client: AsyncClient, domain: str | None) -> str:
     """Why pull-next found nothing: the units waiting and what each waits on."""
     where = f" in domain {domain!r}" if domain else ""
+    text = f"nothing_to_claim: no unit is claimable{where} right now."
+    # A server before DESIGN §12 knows no `waiting` (422): the plain answer will do.
+    with contextlib.suppress(WorkLedgerError):
+        text += await _waiting(client, domain)
+    return text + " Call claim again later, or with wait_seconds (up to 60) to wait for one."
+
+
+async def _waiting(client: AsyncClient, domain: str | None) -> str:
     page = await client.list_units(state="waiting", domain=domain, limit=SHOWN_WAITING)
     lines = []
     for unit in page.items:
         detail = await client.get_unit(unit.id)
         held = "; ".join(w.describe() for w in detail.waiting_on) or "(nothing listed)"
         lines.append(f"- {unit.external_ref} waits on {held}")
-    text = f"nothing_to_claim: no unit is claimable{where} right now."
-    if lines:
-        more = " (and more)" if page.next_cursor else ""
-        text += f" Units waiting{more}:\n" + "\n".join(lines) + "\n"
-        text += "They become claimable by themselves when what they wait on finishes."
-    return text + " Call claim again later, or with wait_seconds (up to 60) to wait for one."
+    if not lines:
+        return ""
+    more = " (and more)" if page.next_cursor else ""
+    return (
+        f" Units waiting{more}:\n" + "\n".join(lines) + "\n"
+        "They become claimable by themselves when what they wait on finishes."
+    )

@@ -63,7 +63,8 @@ async def heartbeat(ctx: Context, unit: UnitRef = None) -> str:
     return f"Claim on {work.unit.external_ref} is live{lease_text(work)}."
 
 
-Tokens = Annotated[int | None, Field(ge=0, description="Tokens of this class, if known.")]
+# Each token class as its name says; 0 when not known (a short schema: tools cost context).
+Tokens = Annotated[int, Field(ge=0)]
 
 
 @tool
@@ -73,10 +74,10 @@ async def record_cost(
         int, Field(ge=0, description="Cents spent since the last call (0: tokens only).")
     ],
     model: Annotated[str | None, Field(max_length=128, description="The model used.")] = None,
-    input_tokens: Tokens = None,
-    output_tokens: Tokens = None,
-    cache_read_tokens: Tokens = None,
-    cache_write_tokens: Tokens = None,
+    input_tokens: Tokens = 0,
+    output_tokens: Tokens = 0,
+    cache_read_tokens: Tokens = 0,
+    cache_write_tokens: Tokens = 0,
     estimated: Annotated[
         bool, Field(description="True: the cents are a list-price estimate, not a bill.")
     ] = False,
@@ -88,10 +89,11 @@ async def record_cost(
     step = await work.cost(
         cost_cents,
         model=model,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        cache_read_tokens=cache_read_tokens,
-        cache_write_tokens=cache_write_tokens,
+        # 0 is "not known" here: left out of the record, as a server before DESIGN §12 wants.
+        input_tokens=input_tokens or None,
+        output_tokens=output_tokens or None,
+        cache_read_tokens=cache_read_tokens or None,
+        cache_write_tokens=cache_write_tokens or None,
         estimated=estimated,
     )
     what = f"{cost_cents} cents" + (f" of {model}" if model else "")
