@@ -13,10 +13,7 @@ def test_csv_requires_is_split_on_semicolons_and_max_attempts_read(tmp_path: Pat
     `max_attempts` cell is a whole number."""
     path = tmp_path / "units.csv"
     path.write_text(
-        "external_ref,fleet,requires,max_attempts\n"
-        "lib,f,,\n"
-        "svc/a,f,lib,3\n"
-        'svc/b,f,"lib; svc/a;",\n'
+        'external_ref,fleet,requires,max_attempts\nlib,f,,\nsvc/a,f,lib,3\nsvc/b,f,"lib; svc/a;",\n'
     )
     assert [r.unit for r in read_units(path) if isinstance(r, Row)] == [
         NewUnit("lib", "f"),

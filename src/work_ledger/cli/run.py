@@ -153,9 +153,7 @@ def run(
 ) -> None:
     """Claim a unit, run CMD on it while heartbeating, and settle it by CMD's exit status."""
     with handled(False), make_client() as client:
-        work = client.claim_work(
-            domain=domain, unit=unit, lease_seconds=lease, wait_seconds=wait
-        )
+        work = client.claim_work(domain=domain, unit=unit, lease_seconds=lease, wait_seconds=wait)
         # Plain lines, not rich: it would cost the wrapper ~6 MB for no styling.
         claimed = f"claimed {work.unit.external_ref} (attempt {work.attempt.attempt_no})"
         print(claimed, file=sys.stderr, flush=True)

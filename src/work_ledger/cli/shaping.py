@@ -1,7 +1,7 @@
 """`split` and `waive`: the shape of the work (DESIGN §12), over the SDK.
 
-    work-ledger split REF CHILD_REF... [--from-file F]   hand back a unit as children
-    work-ledger waive REF PREREQ_REF                      operator: drop one prerequisite
+work-ledger split REF CHILD_REF... [--from-file F]   hand back a unit as children
+work-ledger waive REF PREREQ_REF                      operator: drop one prerequisite
 """
 
 from __future__ import annotations
