@@ -41,7 +41,7 @@ def _children(refs: list[str], from_file: Path | None) -> list[NewChild | str]:
 
 @verb(
     UNIT,
-    arg("children", nargs="*", metavar="CHILD_REF", help="The children's external_refs."),
+    arg("children", nargs="*", default=[], metavar="CHILD_REF", help="The children's refs."),
     arg("--from-file", type=Path, help="Children from a file (CSV, JSONL, or one per line)."),
     REASON,
     ATTEMPT,

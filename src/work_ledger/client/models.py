@@ -31,7 +31,10 @@ class Unit:
     evidence_urls: list[str] = field(default_factory=list)
     created_at: dt.datetime | None = None
     updated_at: dt.datetime | None = None
-    # The attempt limit (DESIGN §12); None from a server that predates it.
+    # DESIGN §12; None from a server that predates it. `parent_id`: the unit it was split
+    # from; `unfinished_prerequisites`: how many still hold it.
+    parent_id: str | None = None
+    unfinished_prerequisites: int | None = None
     max_attempts: int | None = None
     failed_attempts: int | None = None
     attempts_allowed: int | None = None
