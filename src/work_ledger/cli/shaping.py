@@ -40,7 +40,9 @@ def _children(refs: list[str], from_file: Path | None) -> list[NewChild | str]:
 
 
 @verb(
-    UNIT,
+    # Named, never $WL_UNIT_ID: with the children after it, a unit left out would take the
+    # first child's place.
+    arg("unit", metavar="REF", help="The unit to split: its id or external_ref."),
     arg("children", nargs="*", default=[], metavar="CHILD_REF", help="The children's refs."),
     arg("--from-file", type=Path, help="Children from a file (CSV, JSONL, or one per line)."),
     REASON,
