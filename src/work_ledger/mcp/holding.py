@@ -34,6 +34,8 @@ async def claim(
             domain=domain, unit=unit, wait_seconds=wait_seconds or None
         )
     except NothingToClaim:
+        if unit is not None:
+            raise
         work = await _ready_but_not_handed_out(session, domain)
     await session.hold(work)
     again = " (you already held it)" if work.resumed else ""
