@@ -30,7 +30,8 @@ class AsyncHeartbeat:
         task, self._task = self._task, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # A beat that ignores its cancellation is left behind after `patience`.
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(task, self.patience)
 
     async def _run(self) -> None:
