@@ -46,7 +46,8 @@ def read_result(path: Path) -> Result:
     if not path.is_file():
         return Result()
     try:
-        # Decimal, not float: 0.1 + 0.2 dollars must not round up to 31 cents.
+        # Decimal, not float: 0.07 dollars x 100 is 7.000000000000001 as a float, 8 cents
+        # once rounded up.
         data: Any = json.loads(path.read_text(encoding="utf-8") or "{}", parse_float=Decimal)
     except ValueError as exc:
         _warn(f"WL_RESULT_FILE is not JSON ({exc}); ignoring it")
