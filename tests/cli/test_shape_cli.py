@@ -127,3 +127,23 @@ def test_budget_set_without_a_cap_is_a_usage_error(cli: Cli) -> None:
     done = cli("budget", "set", "f")
     assert done.exit_code == 2
     assert "budget set needs FLEET and CAP_CENTS" in done.output
+
+
+def test_register_names_rows_with_unknown_prerequisites_or_a_cycle(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A row requiring a ref that exists nowhere, and two rows requiring each other, are
+    bad rows named by line; the rest of the file is registered."""
+    path = tmp_path / "units.csv"
+    path.write_text(
+        "external_ref,fleet,requires\nok,f,\nlost,f,nowhere\nx,f,y\ny,f,x\nafter,f,ok\n"
+    )
+    done = cli("register", str(path), "--json")
+    assert done.exit_code == 1, done.output
+    report = json.loads(done.stdout)
+    assert (report["created"], report["bad"]) == (2, 3)
+    bad = {row["line"]: row["error"] for row in report["bad_rows"]}
+    assert sorted(bad) == [3, 4, 5]
+    assert "unknown_prerequisite" in bad[3]
+    assert "prerequisite_cycle" in bad[4]
+    assert json.loads(cli("show", "after", "--json").stdout)["unit"]["state"] == "waiting"
