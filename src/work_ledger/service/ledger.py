@@ -319,7 +319,7 @@ class Ledger(ShapeWrites, BudgetWrites):
             )
             if parked is not None:
                 return parked
-        if unit.state in (State.BLOCKED, State.WAITING):
+        if unit.state is State.BLOCKED:
             raise refusals.not_the_open_question(unit, question_id)
         raise refusals.wrong_state(unit, "unblock", [State.BLOCKED])
 

@@ -128,7 +128,7 @@ SELECT NULL, NULL, false, true FROM full_claim WHERE needed;
 -- Nothing is claimed anew in a scope whose budget is spent (stale reclaims included). A
 -- lapsed unit whose next attempt would pass its allowance is parked instead (waiting,
 -- its attempt superseded, the ledger's question opened), and the claim goes on to the
--- next claimable unit; a named claim of one parks it and claims nothing.
+-- next claimable unit. A named claim of one parks it and claims nothing.
 WITH held AS (
     SELECT id FROM work_units
     WHERE claimed_by = $1 AND state IN ('claimed', 'in_progress')
