@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 
 class AsyncSender(Protocol):
-    """What a unit's work needs of its client (an `AsyncClient`): to send one call."""
+    """What a unit's work needs of its client, `AsyncClient`: to send one call."""
 
     timeout: float
 

@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 
 class Sender(Protocol):
-    """What a unit's work needs of its client (an `Client`): to send one call."""
+    """What a unit's work needs of its client, `Client`: to send one call."""
 
     timeout: float
 
