@@ -47,3 +47,22 @@ async def test_mcp_split_hands_back_children_and_claim_names_what_waits(
         empty
     )
     assert "- big/2 waits on prerequisite big/1 (in_progress)" in text(empty)
+
+
+async def test_mcp_claim_says_a_child_is_part_of_its_parent_and_a_parent_is_to_integrate(
+    ledger_server: LedgerServer, operator: Client
+) -> None:
+    """A child's claim names its parent; once the children are done, the parent's claim
+    says to integrate their work rather than do it again."""
+    operator.register([NewUnit("big", "f")])
+    async with in_process(ledger_server) as session:
+        assert not (await call(session, "claim")).is_error
+        assert not (await call(session, "split", children=["big/1", "big/2"])).is_error
+        for child in ("big/1", "big/2"):
+            claimed = await call(session, "claim", unit=child)
+            assert "It is one part of big, split from it." in text(claimed)
+            await call(session, "verify", unit=child, evidence_url="https://ci.example/runs/1")
+            await call(session, "dispose", unit=child, disposition="MIGRATED")
+        back = await call(session, "claim")
+    assert "Claimed unit big: " in text(back)
+    assert "It was split into big/1, big/2, now finished: integrate their work" in text(back)

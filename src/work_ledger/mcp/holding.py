@@ -41,9 +41,28 @@ async def claim(
     again = " (you already held it)" if work.resumed else ""
     return (
         f"Claimed unit {work.unit.external_ref}{again}: id {work.unit.id}, attempt "
-        f"{work.attempt.attempt_no}, state {work.unit.state}{lease_text(work)}. Do the work; "
-        "then verify with an evidence link and dispose MIGRATED."
+        f"{work.attempt.attempt_no}, state {work.unit.state}{lease_text(work)}. "
+        + await _its_place(session, work)
+        + "Do the work; then verify with an evidence link and dispose MIGRATED."
     )
+
+
+async def _its_place(session: Session, work: AsyncWork) -> str:
+    """For a unit that is part of a split, what that means for the work: a parent comes
+    back to be integrated, a child is one part of its parent. '' for any other unit."""
+    if work.unit.parent_id is None and work.attempt.attempt_no < 2:
+        return ""  # a fresh unit split from nothing: spare the read
+    detail = await session.client.get_unit(work.unit.id)
+    text = ""
+    if detail.parent is not None:
+        text += f"It is one part of {detail.parent.external_ref}, split from it. "
+    if detail.children:
+        parts = ", ".join(c.external_ref for c in detail.children)
+        text += (
+            f"It was split into {parts}, now finished: integrate their work and check the "
+            "whole, rather than doing it again. "
+        )
+    return text
 
 
 async def _ready_but_not_handed_out(session: Session, domain: str | None) -> AsyncWork:
