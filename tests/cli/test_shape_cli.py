@@ -147,3 +147,22 @@ def test_register_names_rows_with_unknown_prerequisites_or_a_cycle(
     assert "unknown_prerequisite" in bad[3]
     assert "prerequisite_cycle" in bad[4]
     assert json.loads(cli("show", "after", "--json").stdout)["unit"]["state"] == "waiting"
+
+
+def test_show_a_unit_parked_at_its_limit_prints_the_ledgers_question(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """max_attempts 1, one failed attempt: the unit waits on the answer to the question the
+    ledger asked, and `show` prints that question's text."""
+    register(cli, tmp_path, "external_ref,fleet,max_attempts\npoison,f,1\n")
+    assert agent(cli, "claim", "--start").exit_code == 0
+    assert agent(cli, "release", "poison", "--outcome", "failed").exit_code == 0
+    detail = json.loads(cli("show", "poison", "--json").stdout)
+    (question,) = detail["questions"]
+    assert detail["waiting_on"] == [{"kind": "answer", "unit": None, "question_id": question["id"]}]
+    shown = cli("show", "poison").stdout
+    first_words = " ".join(question["question"].split()[:3])
+    waits = f"waits on the answer to question {question['id']}: {first_words}"
+    assert waits in " ".join(shown.split())
+    rows = [" ".join(line.split()) for line in shown.splitlines()]
+    assert "attempts allowed 1 failed of 1 allowed (max_attempts 1)" in rows

@@ -92,8 +92,13 @@ def _ref(unit: UnitRef) -> str:
 def shape_rows(detail: UnitDetail) -> list[tuple[str, str]]:
     """What a unit waits on, its prerequisites, its place in a split, its attempt limit."""
     unit = detail.unit
+    asked = {q.id: q.question for q in detail.questions}
+    waits = [
+        w.describe() + (f": {asked[w.question_id]}" if w.question_id in asked else "")
+        for w in detail.waiting_on
+    ]
     rows = [
-        ("waits on", "\n".join(w.describe() for w in detail.waiting_on)),
+        ("waits on", "\n".join(waits)),
         ("requires", "\n".join(_ref(r) for r in detail.requires)),
         ("split from", _ref(detail.parent) if detail.parent else ""),
         ("children", "\n".join(_ref(c) for c in detail.children)),
