@@ -184,3 +184,17 @@ def test_cost_record_sends_only_what_is_set(
 ) -> None:
     """Unset fields and `estimated` false stay out of the body; 0 cents, no tokens is empty."""
     assert (record.to_json(), record.empty) == (body, empty)
+
+
+def test_register_fills_each_unit_without_its_own_from_the_batch() -> None:
+    """`register(..., requires=, max_attempts=)`: the batch's values go to each unit that
+    names none of its own; a unit's own win."""
+    recorder = Recorder()
+    own = NewUnit("b", "f", requires=("core",), max_attempts=9)
+    with Client("http://ledger.test", transport=httpx.MockTransport(recorder)) as client:
+        client.register([NewUnit("a", "f"), own], requires=["lib"], max_attempts=2)
+    ((_, _, body),) = recorder.sent
+    assert body["units"] == [
+        {"requires": ["lib"], "max_attempts": 2, "external_ref": "a", "fleet": "f"},
+        {"requires": ["core"], "max_attempts": 9, "external_ref": "b", "fleet": "f"},
+    ]

@@ -73,8 +73,16 @@ def _new_unit(unit: NewUnit | Mapping[str, Any]) -> dict[str, Any]:
 # -- writes ----------------------------------------------------------------------------
 
 
-def register(units: Iterable[NewUnit | Mapping[str, Any]], key: str | None) -> Call[Registration]:
-    body = {"units": [_new_unit(u) for u in units]}
+def register(
+    units: Iterable[NewUnit | Mapping[str, Any]],
+    requires: Iterable[str],
+    max_attempts: int | None,
+    key: str | None,
+) -> Call[Registration]:
+    """The batch's `requires` and `max_attempts` fill each unit that names none of its own."""
+    defaults: dict[str, Any] = {"requires": list(requires), "max_attempts": max_attempts}
+    defaults = {k: v for k, v in defaults.items() if v}
+    body = {"units": [{**defaults, **_new_unit(u)} for u in units]}
     return _write("/units", body, Registration.from_json, key=key)
 
 

@@ -109,10 +109,18 @@ class Client:
     # -- writes --------------------------------------------------------------------------
 
     def register(
-        self, units: Iterable[NewUnit | Mapping[str, Any]], *, key: str | None = None
+        self,
+        units: Iterable[NewUnit | Mapping[str, Any]],
+        *,
+        requires: Iterable[str] = (),
+        max_attempts: int | None = None,
+        key: str | None = None,
     ) -> Registration:
-        """Register up to 1000 units; ones already known by external_ref count as existing."""
-        return self.send(calls.register(units, key))
+        """Register up to 1000 units; ones already known by external_ref count as existing.
+        A unit waits while a prerequisite it `requires` (its own, else the batch's: refs of
+        units registered earlier or in this batch) is unfinished; `max_attempts` (1..100,
+        its own, else the batch's, else the server's WL_MAX_ATTEMPTS) bounds its failures."""
+        return self.send(calls.register(units, requires, max_attempts, key))
 
     def claim_next(
         self,
