@@ -12,8 +12,17 @@ from work_ledger.config import DEFAULT_STATEMENT_TIMEOUT, Settings
 from work_ledger.db.pool import Pool
 from work_ledger.embedded.server import DATABASE_NAME, embedded_server_url
 
-# Every connection talks UTC and names itself in pg_stat_activity.
+# Every connection talks UTC and names itself in pg_stat_activity. (Startup parameters, not
+# session SETs: PgBouncer tracks these two and sets them on whichever server it lends.)
 SERVER_SETTINGS = {"timezone": "UTC", "application_name": "work-ledger"}
+# asyncpg's default. Through a transaction pooler (PgBouncer) the next transaction may run
+# on another server, which lacks this one's named prepared statements: a `pooled`
+# connection keeps none (each statement is prepared unnamed, within its own round trips).
+STATEMENT_CACHE_SIZE = 100
+
+
+def _cache_size(pooled: bool) -> int:
+    return 0 if pooled else STATEMENT_CACHE_SIZE
 
 
 def with_database(url: str, database: str) -> str:
@@ -54,9 +63,11 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 
 
 async def connect(
-    url: str, *, server_settings: dict[str, str] = SERVER_SETTINGS
+    url: str, *, server_settings: dict[str, str] = SERVER_SETTINGS, pooled: bool = False
 ) -> asyncpg.Connection:
-    conn = await asyncpg.connect(url, server_settings=server_settings)
+    conn = await asyncpg.connect(
+        url, server_settings=server_settings, statement_cache_size=_cache_size(pooled)
+    )
     await _init_connection(conn)
     return conn
 
@@ -73,6 +84,7 @@ async def create_pool(
     max_size: int = 10,
     statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
     server_settings: dict[str, str] = SERVER_SETTINGS,
+    pooled: bool = False,
 ) -> Pool:
     """A pool of connections set up as `connect` sets one up; `min_size` opened now."""
 
@@ -82,6 +94,7 @@ async def create_pool(
             server_settings=server_settings,
             timeout=CONNECT_TIMEOUT_SECONDS,
             command_timeout=statement_timeout,
+            statement_cache_size=_cache_size(pooled),
         )
         try:
             await _init_connection(conn)
