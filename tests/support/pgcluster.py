@@ -26,19 +26,20 @@ from work_ledger.embedded.programs import program
 
 
 @functools.cache
-def _server_user() -> DbUser:
+def server_os_user() -> DbUser:
+    """The OS user the test servers (PostgreSQL, PgBouncer) run as, let reach the wheel."""
     user = server_user()
     grant_search_above(program("postgres"), user)
     return user
 
 
 def _own(path: Path) -> None:
-    _server_user().own(path)
+    server_os_user().own(path)
 
 
 def _pg(name: str, *args: str, timeout: float = 120, bindir: Path | None = None) -> str:
     path = program(name) if bindir is None else bindir / name
-    done = _server_user().run([str(path), *args], cwd=Path("/"), timeout=timeout)
+    done = server_os_user().run([str(path), *args], cwd=Path("/"), timeout=timeout)
     assert done.returncode == 0, f"{name} {args}: {done.stderr}"
     return done.stdout
 
@@ -117,7 +118,7 @@ def build_single(base: Path, bindir: Path) -> Node:
     """A running server made by the programs in `bindir` (another installed version)."""
     base.mkdir(parents=True, exist_ok=True)
     _own(base)
-    grant_search_above(bindir / "postgres", _server_user())
+    grant_search_above(bindir / "postgres", server_os_user())
     node = Node(base / "single", free_port(), bindir)
     _pg("initdb", "-D", str(node.pgdata), "-U", "postgres", "--auth=trust", "-E", "utf8",
         bindir=bindir)  # fmt: skip
