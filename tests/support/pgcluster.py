@@ -28,9 +28,7 @@ from work_ledger.embedded.programs import program
 @functools.cache
 def server_os_user() -> DbUser:
     """The OS user the test servers (PostgreSQL, PgBouncer) run as, let reach the wheel."""
-    user = server_user()
-    grant_search_above(program("postgres"), user)
-    return user
+    return server_user()
 
 
 def _own(path: Path) -> None:
