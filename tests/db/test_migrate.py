@@ -10,8 +10,12 @@ import pytest
 
 from work_ledger.db.connect import SERVER_SETTINGS, connect
 from work_ledger.db.migrate import MIGRATION_LOCK_KEY, Migration, apply_migrations, load_migrations
+from work_ledger.db.pool import Pool
+from work_ledger.db.store import Store
+from work_ledger.domain.model import Actor, NewUnit, Unit
 from work_ledger.errors import Unavailable
 from work_ledger.runtime import require_migrated
+from work_ledger.service.ledger import Ledger
 
 NEXT = Migration(9999, "add_review_note", "ALTER TABLE work_units ADD COLUMN review_note text")
 
@@ -80,3 +84,27 @@ async def test_no_migrate_refuses_a_ledger_that_lacks_a_migration(
         await require_migrated(database_url)
     assert f"lacks migration(s) {last.version:04d}_{last.name}" in refused.value.detail
     assert "run `work-ledger migrate`" in refused.value.detail
+
+
+async def test_a_row_type_changed_by_a_migration_is_a_503_that_says_a_write_may_be_applied(
+    ledger: Ledger, pool: Pool, raw: asyncpg.Connection
+) -> None:
+    """A connection that cached `work_units`' row type before a migration added a column
+    answers its next such statement with a 503 saying the write may have been applied and
+    to retry with the same Idempotency-Key; the statement after that reads the new type."""
+    await ledger.register([NewUnit("typed", "f", "d")], Actor("op", privileged=True))
+    store = Store(pool)
+    rows = await asyncio.gather(*(store.fetchrow("find_unit", "typed") for _ in range(8)))
+    assert all(row is not None for row in rows)
+    await raw.execute(NEXT.sql)
+    seen: list[str] = []
+    for _ in range(16):
+        try:
+            await store.fetchrow("find_unit", "typed")
+        except Unavailable as exc:
+            seen.append(exc.detail)
+    assert seen, "no connection had cached the old row type"
+    assert all("a write may have been applied" in s and "Idempotency-Key" in s for s in seen)
+    row = await store.fetchrow("find_unit", "typed")
+    assert row is not None
+    assert Unit.from_record(row["unit"]).external_ref == "typed"
