@@ -150,6 +150,8 @@ async def _history_on_both(
         report = await check(conn, recorder)
     finally:
         await conn.close()
+    refused = [op.response for op in recorder.ops if op.status == 401]
+    print(f"401s: {refused[:3]}")  # a valid token refused: what the server said
     return report, [op for op in recorder.ops if op.status is not None and op.status >= 500]
 
 

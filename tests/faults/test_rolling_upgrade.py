@@ -119,6 +119,8 @@ async def test_replicas_of_this_release_keep_serving_while_the_next_one_migrates
         f"\nrolling upgrade: {report.summary()}\nanswered by the new replicas: {on_new}, "
         f"by the old: {sum(answered[s.url] for s in old)}; 5xx: {len(failed)}"
     )
+    refused = [op.response for op in recorder.ops if op.status == 401]
+    print(f"401s: {refused[:3]}")  # a valid token refused: what the server said
     assert report.violations == []
     assert [op.status for op in failed if op.status != 503] == []
     assert on_new > 20
