@@ -68,6 +68,13 @@ def translate(exc: Exception) -> WorkLedgerError | None:
             "may still be applied when it recovers: retry shortly with the same "
             "Idempotency-Key, which acts once"
         )
+    if isinstance(exc, asyncpg.OutdatedSchemaCacheError):
+        # Raised while decoding the answer of a statement the server has already run, once
+        # a migration changed a row type this connection had cached (it reloads them now).
+        return Unavailable(
+            "the ledger's schema changed under this request (a migration ran); a write may "
+            "have been applied: retry with the same Idempotency-Key, which acts once"
+        )
     if isinstance(exc, _UNAVAILABLE):
         return Unavailable(
             f"the ledger database is unreachable ({type(exc).__name__}); retry shortly"

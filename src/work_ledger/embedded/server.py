@@ -12,9 +12,9 @@ that was killed. Here:
 - every connection authenticates with a password (SCRAM-SHA-256). The password is made at
   `initdb`, kept in WL_HOME/pgpass (0600) and named in the URL by path (`passfile=`), so
   it never appears in a URL, an argv or a log;
-- run as root, PostgreSQL runs as a system user of its own (see `pg_owner`), granted what
+- run as root, PostgreSQL runs as a system user of its own (see `owner`), granted what
   it needs by ACL entries, never by widening a folder's mode;
-- the processes that use the server are recorded with their start times (`pg_holders`);
+- the processes that use the server are recorded with their start times (`holders`);
   the last live one stops it, whether or not the others exited cleanly.
 """
 
@@ -36,7 +36,7 @@ from urllib.parse import quote
 import psutil
 
 from work_ledger.embedded.holders import Holder, live_holders, write_holders
-from work_ledger.embedded.owner import DbUser, database_user, grant_search_above
+from work_ledger.embedded.owner import DbUser, database_user
 from work_ledger.embedded.programs import program
 
 DATABASE_NAME = "work_ledger"
@@ -88,10 +88,7 @@ def pg_ctl(pgdata: Path, *args: str) -> None:
 
 
 def _run_as_db(user: DbUser, pgdata: Path, argv: list[str]) -> None:
-    """Run a server program as its OS user; fails with the program's words and the log's.
-
-    The grant is renewed each time: a `chmod` of a folder above resets its ACL mask."""
-    grant_search_above(pgdata, user)
+    """Run a server program as its OS user; fails with the program's words and the log's."""
     _check(user.run(argv, cwd=pgdata, timeout=_START_SECONDS + 30), pgdata)
 
 
@@ -124,7 +121,6 @@ def _check(done: subprocess.CompletedProcess[str], pgdata: Path) -> None:
 
 def _initialise(home: Path, pgdata: Path, user: DbUser) -> None:
     """A new data directory, SCRAM-only, with its superuser's password in WL_HOME/pgpass."""
-    grant_search_above(Path(str(program("postgres"))), user)
     pgdata.mkdir(mode=0o700, exist_ok=True)
     if (pgdata / "PG_VERSION").exists():
         if (home / PASSFILE).exists():
@@ -178,7 +174,6 @@ def _socket_dir(pgdata: Path, user: DbUser) -> Path:
         if base and len(os.fsencode(Path(base) / "wl-pg-xxxxxxxx" / _SOCKET)) <= _SOCKET_PATH_MAX:
             folder = Path(tempfile.mkdtemp(prefix="wl-pg-", dir=base))  # 0700, a fresh name
             user.own(folder)
-            grant_search_above(folder, user)
             return folder
     raise RuntimeError("no folder short enough for the embedded PostgreSQL's socket")
 
