@@ -9,7 +9,7 @@ from work_ledger.config import Settings
 from work_ledger.db.connect import connect, create_pool, resolve_database_url
 from work_ledger.db.migrate import apply_migrations
 from work_ledger.db.store import Store
-from work_ledger.readside.roles import store_settings
+from work_ledger.readside.pool import store_settings
 from work_ledger.service.ledger import Ledger
 
 

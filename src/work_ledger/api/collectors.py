@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from work_ledger.db.pool import Pool
 from work_ledger.errors import WorkLedgerError
-from work_ledger.readside.roles import GaugeSnapshot, read_gauges
+from work_ledger.readside.gauges import GaugeSnapshot, read_gauges
 
 CACHE_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 5.0

@@ -20,7 +20,9 @@ from work_ledger.cli.typer_app import app, console, err_console, run_async
 from work_ledger.config import load_settings
 from work_ledger.db.connect import connect, resolve_database_url
 from work_ledger.errors import WorkLedgerError
-from work_ledger.readside.roles import Report, connect_reader, grant_reader, read_report
+from work_ledger.readside.pool import connect_reader
+from work_ledger.readside.report import Report, read_report
+from work_ledger.readside.roles import grant_reader
 from work_ledger.runtime import migrate_database
 
 STATE_COLUMNS = ("ready", "claimed", "in_progress", "blocked", "verified", "done", "abandoned")

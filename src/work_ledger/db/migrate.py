@@ -38,8 +38,11 @@ def load_migrations() -> list[Migration]:
     return found
 
 
-async def apply_migrations(conn: asyncpg.Connection) -> list[Migration]:
-    """Apply every pending migration; return those applied by this call."""
+async def apply_migrations(
+    conn: asyncpg.Connection, *, through: int | None = None
+) -> list[Migration]:
+    """Apply every pending migration (numbered up to `through`, when given: a benchmark
+    measures a schema before a change); return those applied by this call."""
     await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
     try:
         await conn.execute(
@@ -50,7 +53,7 @@ async def apply_migrations(conn: asyncpg.Connection) -> list[Migration]:
         done = {r["version"] for r in await conn.fetch("SELECT version FROM wl_schema_migrations")}
         applied = []
         for migration in load_migrations():
-            if migration.version in done:
+            if migration.version in done or (through is not None and migration.version > through):
                 continue
             async with conn.transaction():
                 await conn.execute(migration.sql)

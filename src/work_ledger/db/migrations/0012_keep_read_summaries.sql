@@ -1,0 +1,598 @@
+-- The views a dashboard polls, cheap at a year's scale (issue 32): v_queue_depth,
+-- v_cost_per_unit, v_rework and v_disposition_summary read their summary scopes from
+-- tallies kept by triggers on work_units, in the same statement as every change of a unit
+-- (any write path, raw SQL included), instead of scanning a million units per refresh.
+--
+-- Exactness: a tally row holds what the units of its key add up to. A statement-level
+-- trigger sees every changed unit once, old and new (transition tables), takes the old
+-- rows out of their keys and puts the new ones in, in one upsert per tally table.
+-- `audit` compares every tally with a full scan of the tables (wl_read_summary_drift), and
+-- wl_rebuild_read_summaries() rebuilds them all from the tables (this migration runs it).
+--
+-- No hot row under 64 agents: each key is spread over stripes (the writing backend's pid
+-- modulo 16, or 4 for the per-day keys), so concurrent claims in one domain mostly update
+-- different rows; the views add the stripes up.
+
+CREATE FUNCTION wl_tally_stripe(stripes integer) RETURNS smallint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN (pg_backend_pid() % stripes)::smallint;
+
+-- Per domain, state and disposition: units, their attempts, cost and evidence.
+-- first/last_disposed_at only widen: a disposition is final, so a disposed unit leaves its
+-- key only by a raw edit of its domain, which the audit reports (rebuild to repair).
+CREATE TABLE wl_unit_tallies (
+    domain                 text NOT NULL,
+    state                  work_state NOT NULL,
+    disposition            work_disposition,
+    stripe                 smallint NOT NULL,
+    units                  bigint NOT NULL,
+    attempted_units        bigint NOT NULL,
+    reworked_units         bigint NOT NULL,
+    attempts               bigint NOT NULL,
+    cost_cents             bigint NOT NULL,
+    units_without_evidence bigint NOT NULL,
+    first_disposed_at      timestamptz,
+    last_disposed_at       timestamptz,
+    CONSTRAINT unit_tallies_key UNIQUE NULLS NOT DISTINCT (domain, state, disposition, stripe)
+);
+
+-- Per domain: the earlier attempts (those a later attempt followed) by how they ended.
+CREATE TABLE wl_rework_tallies (
+    domain              text NOT NULL,
+    stripe              smallint NOT NULL,
+    superseded_attempts bigint NOT NULL,
+    released_attempts   bigint NOT NULL,
+    CONSTRAINT rework_tallies_key PRIMARY KEY (domain, stripe)
+);
+
+-- Per domain and UTC day of disposal: the disposed units that were claimed at least once.
+CREATE TABLE wl_rework_days (
+    domain              text NOT NULL,
+    day                 timestamptz NOT NULL,
+    stripe              smallint NOT NULL,
+    attempted_units     bigint NOT NULL,
+    reworked_units      bigint NOT NULL,
+    attempts            bigint NOT NULL,
+    superseded_attempts bigint NOT NULL,
+    released_attempts   bigint NOT NULL,
+    CONSTRAINT rework_days_key PRIMARY KEY (domain, day, stripe)
+);
+
+-- Every distinct evidence link of disposed units, per disposition and domain (domain
+-- '(all)': over every domain), with how many units carry it; and how many there are.
+CREATE TABLE wl_disposed_links (
+    disposition work_disposition NOT NULL,
+    domain      text NOT NULL,
+    link        text NOT NULL,
+    units       bigint NOT NULL,
+    -- No CHECK (units >= 0): an upsert's proposed row carries the delta, negative when a
+    -- link leaves, and a CHECK would refuse it before the conflict is seen.
+    CONSTRAINT disposed_links_key PRIMARY KEY (disposition, domain, link)
+);
+CREATE TABLE wl_link_tallies (
+    disposition work_disposition NOT NULL,
+    domain      text NOT NULL,
+    stripe      smallint NOT NULL,
+    links       bigint NOT NULL,
+    CONSTRAINT link_tallies_key PRIMARY KEY (disposition, domain, stripe)
+);
+
+COMMENT ON TABLE wl_unit_tallies IS
+    'Kept by trigger: what the units of each (domain, state, disposition) add up to, spread '
+    'over stripes. Read through v_queue_depth, v_cost_per_unit, v_rework, v_disposition_summary.';
+
+-- What each tally holds, computed from the tables: the rebuild writes these, the audit
+-- compares the tallies with them. Full scans: for repair and audit, never for a dashboard.
+CREATE VIEW wl_unit_tallies_scan AS
+SELECT domain, state, disposition, count(*) AS units,
+       count(*) FILTER (WHERE attempt_count > 0) AS attempted_units,
+       count(*) FILTER (WHERE attempt_count > 1) AS reworked_units,
+       coalesce(sum(attempt_count), 0)::bigint AS attempts,
+       coalesce(sum(cost_cents), 0)::bigint AS cost_cents,
+       count(*) FILTER (WHERE cardinality(evidence_urls) = 0) AS units_without_evidence,
+       min(disposed_at) AS first_disposed_at, max(disposed_at) AS last_disposed_at
+FROM work_units
+GROUP BY domain, state, disposition;
+
+CREATE VIEW wl_unit_earlier_attempts AS
+SELECT u.id AS unit_id, u.domain, u.attempt_count, date_trunc('day', u.disposed_at, 'UTC') AS day,
+       count(a.id) FILTER (WHERE a.outcome = 'superseded') AS superseded_attempts,
+       count(a.id) FILTER (WHERE a.outcome IN ('failed', 'abandoned')) AS released_attempts
+FROM work_units AS u
+LEFT JOIN work_unit_attempts AS a ON a.unit_id = u.id AND a.attempt_no < u.attempt_count
+WHERE u.attempt_count > 0
+GROUP BY u.id;
+
+CREATE VIEW wl_rework_tallies_scan AS
+SELECT domain, sum(superseded_attempts)::bigint AS superseded_attempts,
+       sum(released_attempts)::bigint AS released_attempts
+FROM wl_unit_earlier_attempts WHERE attempt_count > 1
+GROUP BY domain;
+
+CREATE VIEW wl_rework_days_scan AS
+SELECT domain, day, count(*) AS attempted_units,
+       count(*) FILTER (WHERE attempt_count > 1) AS reworked_units,
+       sum(attempt_count)::bigint AS attempts,
+       sum(superseded_attempts)::bigint AS superseded_attempts,
+       sum(released_attempts)::bigint AS released_attempts
+FROM wl_unit_earlier_attempts WHERE day IS NOT NULL
+GROUP BY domain, day;
+
+CREATE VIEW wl_disposed_links_scan AS
+SELECT u.disposition, scope.domain, link, count(*) AS units
+FROM work_units AS u
+CROSS JOIN LATERAL unnest(u.evidence_urls) AS link
+CROSS JOIN LATERAL (VALUES (u.domain), ('(all)')) AS scope (domain)
+WHERE u.disposition IS NOT NULL
+GROUP BY u.disposition, scope.domain, link;
+
+-- A new unit is ready with nothing spent (unit_registered_ready), but the sums are taken
+-- in full, so that whatever a raw INSERT writes is counted as it is.
+CREATE FUNCTION wl_tally_units_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO wl_unit_tallies AS t
+    SELECT n.domain, n.state, n.disposition, wl_tally_stripe(16), count(*),
+           count(*) FILTER (WHERE n.attempt_count > 0), count(*) FILTER (WHERE n.attempt_count > 1),
+           coalesce(sum(n.attempt_count), 0), coalesce(sum(n.cost_cents), 0),
+           count(*) FILTER (WHERE cardinality(n.evidence_urls) = 0),
+           min(n.disposed_at), max(n.disposed_at)
+    FROM new_units AS n
+    GROUP BY n.domain, n.state, n.disposition
+    ON CONFLICT ON CONSTRAINT unit_tallies_key DO UPDATE
+    SET units = t.units + excluded.units,
+        attempted_units = t.attempted_units + excluded.attempted_units,
+        reworked_units = t.reworked_units + excluded.reworked_units,
+        attempts = t.attempts + excluded.attempts,
+        cost_cents = t.cost_cents + excluded.cost_cents,
+        units_without_evidence = t.units_without_evidence + excluded.units_without_evidence,
+        first_disposed_at = least(t.first_disposed_at, excluded.first_disposed_at),
+        last_disposed_at = greatest(t.last_disposed_at, excluded.last_disposed_at);
+    RETURN NULL;
+END $$;
+
+-- A changed unit leaves the keys of its old row and enters those of its new one. A
+-- heartbeat changes nothing counted: one look at the pair, no write.
+CREATE FUNCTION wl_tally_units_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    counted boolean;
+    narrowed boolean;
+    reworked boolean;
+    linked boolean;
+BEGIN
+    SELECT coalesce(bool_or((o.domain, o.state, o.disposition, o.attempt_count, o.cost_cents,
+                             cardinality(o.evidence_urls), o.disposed_at)
+                            IS DISTINCT FROM (n.domain, n.state, n.disposition, n.attempt_count,
+                                              n.cost_cents, cardinality(n.evidence_urls),
+                                              n.disposed_at)), false),
+           coalesce(bool_or(o.disposed_at IS NOT NULL
+                            AND (o.domain, o.state, o.disposition, o.disposed_at)
+                                IS DISTINCT FROM (n.domain, n.state, n.disposition,
+                                                  n.disposed_at)), false),
+           coalesce(bool_or((o.domain, o.attempt_count, o.disposed_at)
+                            IS DISTINCT FROM (n.domain, n.attempt_count, n.disposed_at)
+                            AND (greatest(o.attempt_count, n.attempt_count) > 1
+                                 OR o.disposed_at IS NOT NULL OR n.disposed_at IS NOT NULL)), false),
+           coalesce(bool_or((o.disposition IS NOT NULL OR n.disposition IS NOT NULL)
+                            AND (o.domain, o.disposition, o.evidence_urls)
+                                IS DISTINCT FROM (n.domain, n.disposition, n.evidence_urls)), false)
+      INTO counted, narrowed, reworked, linked
+    FROM old_units AS o JOIN new_units AS n ON n.id = o.id;
+    IF counted THEN
+        INSERT INTO wl_unit_tallies AS t
+        SELECT s.domain, s.state, s.disposition, wl_tally_stripe(16), sum(s.sign),
+               sum(s.sign * (s.attempt_count > 0)::integer),
+               sum(s.sign * (s.attempt_count > 1)::integer),
+               sum(s.sign * s.attempt_count), sum(s.sign * s.cost_cents),
+               sum(s.sign * (cardinality(s.evidence_urls) = 0)::integer),
+               min(s.disposed_at) FILTER (WHERE s.sign > 0),
+               max(s.disposed_at) FILTER (WHERE s.sign > 0)
+        FROM (SELECT -1 AS sign, o.* FROM old_units AS o
+              UNION ALL
+              SELECT 1, n.* FROM new_units AS n) AS s
+        GROUP BY s.domain, s.state, s.disposition
+        ORDER BY s.domain, s.state, s.disposition
+        ON CONFLICT ON CONSTRAINT unit_tallies_key DO UPDATE
+        SET units = t.units + excluded.units,
+            attempted_units = t.attempted_units + excluded.attempted_units,
+            reworked_units = t.reworked_units + excluded.reworked_units,
+            attempts = t.attempts + excluded.attempts,
+            cost_cents = t.cost_cents + excluded.cost_cents,
+            units_without_evidence = t.units_without_evidence + excluded.units_without_evidence,
+            first_disposed_at = least(t.first_disposed_at, excluded.first_disposed_at),
+            last_disposed_at = greatest(t.last_disposed_at, excluded.last_disposed_at);
+    END IF;
+    IF narrowed THEN
+        -- A disposed unit left its key (a raw edit of its domain: dispositions are final),
+        -- so that key's first and last disposal are looked up again.
+        UPDATE wl_unit_tallies AS t
+        SET first_disposed_at = w.first_disposed_at, last_disposed_at = w.last_disposed_at
+        FROM (SELECT k.domain, k.state, k.disposition, min(u.disposed_at) AS first_disposed_at,
+                     max(u.disposed_at) AS last_disposed_at
+              FROM (SELECT DISTINCT domain, state, disposition FROM old_units
+                    WHERE disposed_at IS NOT NULL) AS k
+              LEFT JOIN work_units AS u
+                     ON (u.domain, u.state, u.disposition) = (k.domain, k.state, k.disposition)
+              GROUP BY k.domain, k.state, k.disposition) AS w
+        WHERE (t.domain, t.state, t.disposition) = (w.domain, w.state, w.disposition);
+    END IF;
+    IF reworked THEN
+        -- The earlier attempts of the changed units, before and after, by domain and by day
+        -- of disposal. An attempt's outcome is final once a later attempt exists
+        -- (attempt_outcome_final), so the attempts table as it is now (AFTER the statement,
+        -- the claim's own supersede included) says what both the old and the new row count.
+        WITH sides AS (
+            SELECT -1 AS sign, o.id, o.domain, o.attempt_count, o.disposed_at
+            FROM old_units AS o JOIN new_units AS n ON n.id = o.id
+            WHERE (o.domain, o.attempt_count, o.disposed_at)
+                  IS DISTINCT FROM (n.domain, n.attempt_count, n.disposed_at)
+            UNION ALL
+            SELECT 1, n.id, n.domain, n.attempt_count, n.disposed_at
+            FROM old_units AS o JOIN new_units AS n ON n.id = o.id
+            WHERE (o.domain, o.attempt_count, o.disposed_at)
+                  IS DISTINCT FROM (n.domain, n.attempt_count, n.disposed_at)
+        ), counted AS (
+            SELECT s.*, coalesce(e.superseded, 0) AS superseded, coalesce(e.released, 0) AS released
+            FROM sides AS s
+            LEFT JOIN LATERAL (
+                SELECT count(*) FILTER (WHERE a.outcome = 'superseded') AS superseded,
+                       count(*) FILTER (WHERE a.outcome IN ('failed', 'abandoned')) AS released
+                FROM work_unit_attempts AS a
+                WHERE s.attempt_count > 1 AND a.unit_id = s.id AND a.attempt_no < s.attempt_count
+            ) AS e ON true
+        ), by_domain AS (
+            INSERT INTO wl_rework_tallies AS t
+            SELECT c.domain, wl_tally_stripe(16), sum(c.sign * c.superseded), sum(c.sign * c.released)
+            FROM counted AS c WHERE c.attempt_count > 1
+            GROUP BY c.domain
+            HAVING sum(c.sign * c.superseded) <> 0 OR sum(c.sign * c.released) <> 0
+            ORDER BY c.domain
+            ON CONFLICT ON CONSTRAINT rework_tallies_key DO UPDATE
+            SET superseded_attempts = t.superseded_attempts + excluded.superseded_attempts,
+                released_attempts = t.released_attempts + excluded.released_attempts
+        )
+        INSERT INTO wl_rework_days AS t
+        SELECT c.domain, date_trunc('day', c.disposed_at, 'UTC'), wl_tally_stripe(4), sum(c.sign),
+               sum(c.sign * (c.attempt_count > 1)::integer), sum(c.sign * c.attempt_count),
+               sum(c.sign * c.superseded), sum(c.sign * c.released)
+        FROM counted AS c WHERE c.disposed_at IS NOT NULL AND c.attempt_count > 0
+        GROUP BY c.domain, date_trunc('day', c.disposed_at, 'UTC')
+        ORDER BY c.domain, date_trunc('day', c.disposed_at, 'UTC')
+        ON CONFLICT ON CONSTRAINT rework_days_key DO UPDATE
+        SET attempted_units = t.attempted_units + excluded.attempted_units,
+            reworked_units = t.reworked_units + excluded.reworked_units,
+            attempts = t.attempts + excluded.attempts,
+            superseded_attempts = t.superseded_attempts + excluded.superseded_attempts,
+            released_attempts = t.released_attempts + excluded.released_attempts;
+    END IF;
+    IF linked THEN
+        -- The evidence links of the changed disposed units, before and after. A link whose count
+        -- comes to 0 is removed; the distinct count moves by the links added and removed.
+        WITH sides AS (
+            SELECT -1 AS sign, o.disposition, o.domain, o.evidence_urls
+            FROM old_units AS o JOIN new_units AS n ON n.id = o.id
+            WHERE o.disposition IS NOT NULL
+              AND (o.domain, o.disposition, o.evidence_urls)
+                  IS DISTINCT FROM (n.domain, n.disposition, n.evidence_urls)
+            UNION ALL
+            SELECT 1, n.disposition, n.domain, n.evidence_urls
+            FROM old_units AS o JOIN new_units AS n ON n.id = o.id
+            WHERE n.disposition IS NOT NULL
+              AND (o.domain, o.disposition, o.evidence_urls)
+                  IS DISTINCT FROM (n.domain, n.disposition, n.evidence_urls)
+        ), deltas AS (
+            SELECT s.disposition, scope.domain, link, sum(s.sign) AS delta
+            FROM sides AS s
+            CROSS JOIN LATERAL unnest(s.evidence_urls) AS link
+            CROSS JOIN LATERAL (VALUES (s.domain), ('(all)')) AS scope (domain)
+            GROUP BY s.disposition, scope.domain, link
+            HAVING sum(s.sign) <> 0
+        ), kept AS (
+            INSERT INTO wl_disposed_links AS l
+            SELECT d.disposition, d.domain, d.link, d.delta FROM deltas AS d
+            ORDER BY d.disposition, d.domain, d.link
+            ON CONFLICT ON CONSTRAINT disposed_links_key DO UPDATE SET units = l.units + excluded.units
+            RETURNING l.disposition, l.domain, l.link, l.units
+        )
+        -- A row left holding its delta had none before: it is new (no row stays at 0).
+        INSERT INTO wl_link_tallies AS t
+        SELECT k.disposition, k.domain, wl_tally_stripe(16),
+               count(*) FILTER (WHERE k.units = d.delta AND d.delta > 0)
+               - count(*) FILTER (WHERE k.units = 0)
+        FROM kept AS k JOIN deltas AS d USING (disposition, domain, link)
+        GROUP BY k.disposition, k.domain
+        HAVING count(*) FILTER (WHERE k.units = d.delta AND d.delta > 0)
+               <> count(*) FILTER (WHERE k.units = 0)
+        ORDER BY k.disposition, k.domain
+        ON CONFLICT ON CONSTRAINT link_tallies_key DO UPDATE SET links = t.links + excluded.links;
+        IF EXISTS (SELECT 1 FROM old_units WHERE disposition IS NOT NULL) THEN
+            DELETE FROM wl_disposed_links AS l
+            USING old_units AS o, unnest(o.evidence_urls) AS e (url),
+                  LATERAL (VALUES (o.domain), ('(all)')) AS scope (domain)
+            WHERE o.disposition IS NOT NULL AND l.units = 0
+              AND (l.disposition, l.domain, l.link) = (o.disposition, scope.domain, e.url);
+        END IF;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER read_summaries_on_insert
+    AFTER INSERT ON work_units REFERENCING NEW TABLE AS new_units
+    FOR EACH STATEMENT EXECUTE FUNCTION wl_tally_units_inserted();
+CREATE TRIGGER read_summaries_on_update
+    AFTER UPDATE ON work_units REFERENCING OLD TABLE AS old_units NEW TABLE AS new_units
+    FOR EACH STATEMENT EXECUTE FUNCTION wl_tally_units_updated();
+
+-- Every tally from the tables, stripe 0, writers held off meanwhile (SHARE lets readers
+-- on). For this migration, a bulk load with triggers off, or a repair the audit asked for.
+CREATE FUNCTION wl_rebuild_read_summaries() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    LOCK TABLE work_units, work_unit_attempts IN SHARE MODE;
+    TRUNCATE wl_unit_tallies, wl_rework_tallies, wl_rework_days, wl_disposed_links,
+             wl_link_tallies;
+    INSERT INTO wl_unit_tallies
+    SELECT domain, state, disposition, 0, units, attempted_units, reworked_units, attempts,
+           cost_cents, units_without_evidence, first_disposed_at, last_disposed_at
+    FROM wl_unit_tallies_scan;
+    INSERT INTO wl_rework_tallies
+    SELECT domain, 0, superseded_attempts, released_attempts FROM wl_rework_tallies_scan;
+    INSERT INTO wl_rework_days
+    SELECT domain, day, 0, attempted_units, reworked_units, attempts, superseded_attempts,
+           released_attempts
+    FROM wl_rework_days_scan;
+    INSERT INTO wl_disposed_links SELECT disposition, domain, link, units FROM wl_disposed_links_scan;
+    INSERT INTO wl_link_tallies
+    SELECT disposition, domain, 0, count(*) FROM wl_disposed_links GROUP BY disposition, domain;
+    ANALYZE wl_unit_tallies, wl_rework_tallies, wl_rework_days, wl_disposed_links,
+            wl_link_tallies;
+END $$;
+REVOKE EXECUTE ON FUNCTION wl_rebuild_read_summaries() FROM PUBLIC;
+
+-- Where a tally differs from what the tables say: one row per differing key (empty when
+-- every summary is exact). A full scan of the ledger, run by `work-ledger audit`.
+CREATE FUNCTION wl_read_summary_drift()
+    RETURNS TABLE (summary text, key text, kept text, actual text)
+    LANGUAGE sql STABLE AS $$
+    WITH kept_units AS (
+        SELECT domain, state, disposition, sum(units)::bigint AS units,
+               sum(attempted_units)::bigint AS attempted_units,
+               sum(reworked_units)::bigint AS reworked_units, sum(attempts)::bigint AS attempts,
+               sum(cost_cents)::bigint AS cost_cents,
+               sum(units_without_evidence)::bigint AS units_without_evidence,
+               min(first_disposed_at) AS first_disposed_at, max(last_disposed_at) AS last_disposed_at
+        FROM wl_unit_tallies GROUP BY domain, state, disposition HAVING sum(units) <> 0
+            OR sum(attempts) <> 0 OR sum(cost_cents) <> 0
+    ), kept_rework AS (
+        SELECT domain, sum(superseded_attempts)::bigint AS superseded_attempts,
+               sum(released_attempts)::bigint AS released_attempts
+        FROM wl_rework_tallies GROUP BY domain
+        HAVING sum(superseded_attempts) <> 0 OR sum(released_attempts) <> 0
+    ), kept_days AS (
+        SELECT domain, day, sum(attempted_units)::bigint AS attempted_units,
+               sum(reworked_units)::bigint AS reworked_units, sum(attempts)::bigint AS attempts,
+               sum(superseded_attempts)::bigint AS superseded_attempts,
+               sum(released_attempts)::bigint AS released_attempts
+        FROM wl_rework_days GROUP BY domain, day HAVING sum(attempted_units) <> 0
+            OR sum(attempts) <> 0
+    ), kept_link_counts AS (
+        SELECT disposition, domain, sum(links)::bigint AS links
+        FROM wl_link_tallies GROUP BY disposition, domain HAVING sum(links) <> 0
+    ), actual_link_counts AS (
+        SELECT disposition, domain, count(*) AS links FROM wl_disposed_links_scan
+        GROUP BY disposition, domain
+    )
+    SELECT 'wl_unit_tallies', format('%s/%s/%s', coalesce(k.domain, a.domain),
+                                     coalesce(k.state, a.state), coalesce(k.disposition, a.disposition)),
+           (k.units, k.attempted_units, k.reworked_units, k.attempts, k.cost_cents,
+            k.units_without_evidence, k.first_disposed_at, k.last_disposed_at)::text,
+           (a.units, a.attempted_units, a.reworked_units, a.attempts, a.cost_cents,
+            a.units_without_evidence, a.first_disposed_at, a.last_disposed_at)::text
+    FROM kept_units AS k
+    FULL JOIN wl_unit_tallies_scan AS a
+           ON (a.domain, a.state) = (k.domain, k.state)
+          AND a.disposition IS NOT DISTINCT FROM k.disposition
+    WHERE (k.units, k.attempted_units, k.reworked_units, k.attempts, k.cost_cents,
+           k.units_without_evidence, k.first_disposed_at, k.last_disposed_at)
+          IS DISTINCT FROM (a.units, a.attempted_units, a.reworked_units, a.attempts, a.cost_cents,
+                            a.units_without_evidence, a.first_disposed_at, a.last_disposed_at)
+    UNION ALL
+    SELECT 'wl_rework_tallies', coalesce(k.domain, a.domain),
+           (k.superseded_attempts, k.released_attempts)::text,
+           (a.superseded_attempts, a.released_attempts)::text
+    FROM kept_rework AS k
+    FULL JOIN (SELECT * FROM wl_rework_tallies_scan
+               WHERE superseded_attempts <> 0 OR released_attempts <> 0) AS a
+           ON a.domain = k.domain
+    WHERE (k.superseded_attempts, k.released_attempts)
+          IS DISTINCT FROM (a.superseded_attempts, a.released_attempts)
+    UNION ALL
+    SELECT 'wl_rework_days', format('%s/%s', coalesce(k.domain, a.domain), coalesce(k.day, a.day)),
+           (k.attempted_units, k.reworked_units, k.attempts, k.superseded_attempts,
+            k.released_attempts)::text,
+           (a.attempted_units, a.reworked_units, a.attempts, a.superseded_attempts,
+            a.released_attempts)::text
+    FROM kept_days AS k
+    FULL JOIN wl_rework_days_scan AS a ON (a.domain, a.day) = (k.domain, k.day)
+    WHERE (k.attempted_units, k.reworked_units, k.attempts, k.superseded_attempts,
+           k.released_attempts)
+          IS DISTINCT FROM (a.attempted_units, a.reworked_units, a.attempts,
+                            a.superseded_attempts, a.released_attempts)
+    UNION ALL
+    SELECT 'wl_disposed_links',
+           format('%s/%s/%s', coalesce(k.disposition, a.disposition), coalesce(k.domain, a.domain),
+                  coalesce(k.link, a.link)),
+           k.units::text, a.units::text
+    FROM wl_disposed_links AS k
+    FULL JOIN wl_disposed_links_scan AS a
+           ON (a.disposition, a.domain, a.link) = (k.disposition, k.domain, k.link)
+    WHERE k.units IS DISTINCT FROM a.units
+    UNION ALL
+    SELECT 'wl_link_tallies', format('%s/%s', coalesce(k.disposition, a.disposition),
+                                     coalesce(k.domain, a.domain)),
+           k.links::text, a.links::text
+    FROM kept_link_counts AS k
+    FULL JOIN actual_link_counts AS a ON (a.disposition, a.domain) = (k.disposition, k.domain)
+    WHERE k.links IS DISTINCT FROM a.links
+$$;
+REVOKE EXECUTE ON FUNCTION wl_read_summary_drift() FROM PUBLIC;
+
+-- The views, same columns as before (migration 0004), summary scopes from the tallies.
+CREATE OR REPLACE VIEW v_queue_depth WITH (security_barrier) AS
+SELECT CASE WHEN grouping(domain) = 1 THEN 'total' ELSE 'domain' END AS scope,
+       CASE WHEN grouping(domain) = 1 THEN '(all)' ELSE domain END AS domain,
+       coalesce(sum(units) FILTER (WHERE state = 'ready'), 0)::bigint AS ready,
+       coalesce(sum(units) FILTER (WHERE state = 'claimed'), 0)::bigint AS claimed,
+       coalesce(sum(units) FILTER (WHERE state = 'in_progress'), 0)::bigint AS in_progress,
+       coalesce(sum(units) FILTER (WHERE state = 'blocked'), 0)::bigint AS blocked,
+       coalesce(sum(units) FILTER (WHERE state = 'verified'), 0)::bigint AS verified,
+       coalesce(sum(units) FILTER (WHERE state = 'done'), 0)::bigint AS done,
+       coalesce(sum(units) FILTER (WHERE state = 'abandoned'), 0)::bigint AS abandoned,
+       coalesce(sum(units) FILTER (WHERE state NOT IN ('done', 'abandoned')), 0)::bigint AS open,
+       coalesce(sum(units), 0)::bigint AS units
+FROM wl_unit_tallies
+GROUP BY GROUPING SETS ((domain), ())
+HAVING grouping(domain) = 1 OR sum(units) <> 0
+ORDER BY grouping(domain), domain;
+COMMENT ON VIEW v_queue_depth IS
+    'How many units are in each state, per domain (scope domain) and over all domains '
+    '(scope total, always present). open = not yet done or abandoned. Read from '
+    'wl_unit_tallies, kept exact by trigger in the statement that changes a unit.';
+
+CREATE OR REPLACE VIEW v_cost_per_unit WITH (security_barrier) AS
+SELECT 'unit'::text AS scope, u.domain, u.id AS unit_id, u.external_ref, u.state,
+       u.disposition, u.disposed_at,
+       1::bigint AS units,
+       u.attempt_count::bigint AS attempts,
+       u.cost_cents,
+       (u.disposition IS NOT DISTINCT FROM 'MIGRATED')::integer::bigint AS merged_units,
+       CASE WHEN u.disposition = 'MIGRATED' THEN u.cost_cents ELSE 0 END AS merged_cost_cents,
+       u.cost_cents::numeric AS cost_per_unit_cents,
+       CASE WHEN u.disposition = 'MIGRATED' THEN u.cost_cents::numeric END
+           AS cost_per_merged_unit_cents,
+       CASE WHEN u.disposition = 'MIGRATED' THEN u.cost_cents::numeric END
+           AS spend_per_merged_unit_cents
+FROM work_units AS u
+UNION ALL
+SELECT g.scope, g.domain, NULL, NULL, NULL, NULL, NULL,
+       g.units, g.attempts, g.cost_cents, g.merged_units, g.merged_cost_cents,
+       round(g.cost_cents::numeric / nullif(g.units, 0), 2),
+       round(g.merged_cost_cents::numeric / nullif(g.merged_units, 0), 2),
+       round(g.cost_cents::numeric / nullif(g.merged_units, 0), 2)
+FROM (
+    SELECT CASE WHEN grouping(domain) = 1 THEN 'total' ELSE 'domain' END AS scope,
+           CASE WHEN grouping(domain) = 1 THEN '(all)' ELSE domain END AS domain,
+           coalesce(sum(units), 0)::bigint AS units,
+           coalesce(sum(attempts), 0)::bigint AS attempts,
+           coalesce(sum(cost_cents), 0)::bigint AS cost_cents,
+           coalesce(sum(units) FILTER (WHERE disposition = 'MIGRATED'), 0)::bigint AS merged_units,
+           coalesce(sum(cost_cents) FILTER (WHERE disposition = 'MIGRATED'), 0)::bigint
+               AS merged_cost_cents
+    FROM wl_unit_tallies
+    GROUP BY GROUPING SETS ((domain), ())
+    HAVING grouping(domain) = 1 OR sum(units) <> 0
+) AS g;
+COMMENT ON VIEW v_cost_per_unit IS
+    'What each unit cost (scope unit: its attempts and cents; page it by external_ref), and per '
+    'domain and in total: cost_per_unit_cents (all spend / units), cost_per_merged_unit_cents '
+    '(what a MIGRATED unit cost on average) and spend_per_merged_unit_cents (all spend, wasted '
+    'attempts and dropped units included, divided by the MIGRATED units). Cents; null when '
+    'nothing is merged yet. Domain and total rows read wl_unit_tallies (kept by trigger).';
+
+-- Scope unit looks up each unit's earlier attempts on its own, so a page of units
+-- (WHERE scope = 'unit' AND external_ref > $cursor ORDER BY external_ref LIMIT n) reads
+-- only that page; the other scopes read the tallies.
+CREATE OR REPLACE VIEW v_rework WITH (security_barrier) AS
+SELECT 'unit'::text AS scope, u.domain, date_trunc('day', u.disposed_at, 'UTC') AS day,
+       u.id AS unit_id, u.external_ref, u.state, u.disposition,
+       1::bigint AS attempted_units, 1::bigint AS reworked_units,
+       u.attempt_count::bigint AS attempts, u.attempt_count::bigint - 1 AS extra_attempts,
+       e.superseded_attempts, e.released_attempts, 1.0000 AS rework_rate
+FROM work_units AS u
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE a.outcome = 'superseded') AS superseded_attempts,
+           count(*) FILTER (WHERE a.outcome IN ('failed', 'abandoned')) AS released_attempts
+    FROM work_unit_attempts AS a
+    WHERE a.unit_id = u.id AND a.attempt_no < u.attempt_count
+) AS e
+WHERE u.attempt_count > 1
+UNION ALL
+SELECT g.scope, g.domain, NULL, NULL, NULL, NULL, NULL,
+       g.attempted_units, g.reworked_units, g.attempts, g.attempts - g.attempted_units,
+       coalesce(r.superseded_attempts, 0)::bigint, coalesce(r.released_attempts, 0)::bigint,
+       round(g.reworked_units::numeric / nullif(g.attempted_units, 0), 4)
+FROM (
+    SELECT CASE WHEN grouping(domain) = 1 THEN 'total' ELSE 'domain' END AS scope,
+           CASE WHEN grouping(domain) = 1 THEN '(all)' ELSE domain END AS domain,
+           coalesce(sum(attempted_units), 0)::bigint AS attempted_units,
+           coalesce(sum(reworked_units), 0)::bigint AS reworked_units,
+           coalesce(sum(attempts), 0)::bigint AS attempts
+    FROM wl_unit_tallies
+    GROUP BY GROUPING SETS ((domain), ())
+    HAVING grouping(domain) = 1 OR sum(attempted_units) <> 0
+) AS g
+LEFT JOIN (
+    SELECT CASE WHEN grouping(domain) = 1 THEN '(all)' ELSE domain END AS domain,
+           grouping(domain) AS all_domains,
+           sum(superseded_attempts) AS superseded_attempts,
+           sum(released_attempts) AS released_attempts
+    FROM wl_rework_tallies
+    GROUP BY GROUPING SETS ((domain), ())
+) AS r ON r.domain = g.domain AND r.all_domains = (g.scope = 'total')::integer
+UNION ALL
+SELECT 'day', domain, day, NULL, NULL, NULL, NULL,
+       sum(attempted_units)::bigint, sum(reworked_units)::bigint, sum(attempts)::bigint,
+       (sum(attempts) - sum(attempted_units))::bigint,
+       sum(superseded_attempts)::bigint, sum(released_attempts)::bigint,
+       round(sum(reworked_units) / nullif(sum(attempted_units), 0), 4)
+FROM wl_rework_days
+GROUP BY domain, day
+HAVING sum(attempted_units) <> 0;
+COMMENT ON VIEW v_rework IS
+    'Which units needed more than one attempt (scope unit; page it by external_ref), and the '
+    'rework rate = reworked_units / attempted_units per domain and in total (units claimed at '
+    'least once), and per domain per UTC day of disposal (scope day, closed units only: the '
+    'rate over time). superseded_attempts were lost to a lapsed lease (stale reclaim); '
+    'released_attempts ended failed or abandoned before a later attempt. Domain, total and '
+    'day rows read tallies kept by trigger (wl_unit_tallies, wl_rework_tallies, wl_rework_days).';
+
+CREATE OR REPLACE VIEW v_disposition_summary WITH (security_barrier) AS
+WITH per_domain AS (
+    SELECT 'domain'::text AS scope, disposition, domain,
+           sum(units)::bigint AS units, sum(attempts)::bigint AS attempts,
+           sum(cost_cents)::bigint AS cost_cents,
+           sum(units_without_evidence)::bigint AS units_without_evidence,
+           min(first_disposed_at) AS first_disposed_at, max(last_disposed_at) AS last_disposed_at
+    FROM wl_unit_tallies
+    WHERE disposition IS NOT NULL
+    GROUP BY disposition, domain
+    HAVING sum(units) <> 0
+), per_disposition AS (
+    SELECT 'total'::text AS scope, k.disposition, '(all)'::text AS domain,
+           coalesce(sum(d.units), 0)::bigint AS units,
+           coalesce(sum(d.attempts), 0)::bigint AS attempts,
+           coalesce(sum(d.cost_cents), 0)::bigint AS cost_cents,
+           coalesce(sum(d.units_without_evidence), 0)::bigint AS units_without_evidence,
+           min(d.first_disposed_at) AS first_disposed_at,
+           max(d.last_disposed_at) AS last_disposed_at
+    FROM unnest(enum_range(NULL::work_disposition)) AS k (disposition)
+    LEFT JOIN per_domain AS d ON d.disposition = k.disposition
+    GROUP BY k.disposition
+)
+SELECT s.scope, s.disposition, s.domain, s.units, s.attempts, s.cost_cents,
+       round(s.cost_cents::numeric / nullif(s.units, 0), 2) AS cost_per_unit_cents,
+       s.units_without_evidence,
+       ARRAY(SELECT l.link FROM wl_disposed_links AS l
+             WHERE l.disposition = s.disposition AND l.domain = s.domain
+             ORDER BY l.link LIMIT 20) AS evidence_urls,
+       coalesce((SELECT sum(c.links) FROM wl_link_tallies AS c
+                 WHERE c.disposition = s.disposition AND c.domain = s.domain), 0)::integer
+           AS evidence_url_count,
+       s.first_disposed_at, s.last_disposed_at
+FROM (SELECT * FROM per_domain UNION ALL SELECT * FROM per_disposition) AS s;
+COMMENT ON VIEW v_disposition_summary IS
+    'The kill-gate table: per disposition (MIGRATED, DROPPED, DEFERRED, DEAD), per domain and '
+    'in total (scope total lists all four, zero or not): how many units, their attempts and '
+    'cost, how many carry no evidence, how many distinct evidence links (evidence_url_count) '
+    'and the first 20 of them, sorted (evidence_urls). Read '
+    'from tallies kept by trigger in the statement that changes a unit.';
+
+SELECT wl_rebuild_read_summaries();
