@@ -17,6 +17,7 @@ class Report:
 
     domain: str | None
     queue_depth: list[dict[str, Any]]
+    stalled_units: int  # all of them; `stalls` holds the longest silent first, capped
     stalls: list[dict[str, Any]]
     costs: list[dict[str, Any]]
     costliest: list[dict[str, Any]]
@@ -27,9 +28,14 @@ class Report:
 
 
 async def read_report(
-    conn: asyncpg.Connection, *, domain: str | None = None, top: int = 10
+    conn: asyncpg.Connection,
+    *,
+    domain: str | None = None,
+    top: int = 20,
+    stalls: int | None = 20,
 ) -> Report:
-    """Read every view in one repeatable-read snapshot, so the tables agree with each other."""
+    """Read every view in one repeatable-read snapshot, so the tables agree with each other.
+    `top` units of each per-unit list; `stalls` stalled units (None: every one)."""
 
     async def rows(name: str, *args: Any) -> list[dict[str, Any]]:
         return [dict(r) for r in await conn.fetch(QUERIES[name], domain, *args)]
@@ -38,7 +44,8 @@ async def read_report(
         return Report(
             domain=domain,
             queue_depth=await rows("read_queue_depth"),
-            stalls=await rows("read_stall_list"),
+            stalled_units=await conn.fetchval(QUERIES["read_stall_count"], domain),
+            stalls=await rows("read_stall_list", stalls),
             costs=await rows("read_cost_summary"),
             costliest=await rows("read_costliest_units", top),
             rework=await rows("read_rework_rates"),

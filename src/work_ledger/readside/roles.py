@@ -15,7 +15,8 @@ import asyncpg
 from work_ledger.db.queries import QUERIES
 from work_ledger.errors import Forbidden, InvalidInput, Unavailable
 
-# The views a reader role may SELECT; wl_grant_reader (migrations 0004, 0007) grants the same.
+# The views a reader role may SELECT; wl_grant_reader (migrations 0004, 0007, 0013) grants
+# the same.
 READ_VIEWS = (
     "v_queue_depth",
     "v_stall_list",
@@ -23,6 +24,7 @@ READ_VIEWS = (
     "v_rework",
     "v_disposition_summary",
     "v_question_wait",
+    "v_stall_counts",
 )
 SCRAM_ITERATIONS = 4096
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")

@@ -17,13 +17,20 @@ WHERE $1::text IS NULL OR (scope = 'domain' AND domain = $1)
 ORDER BY scope = 'total', domain;
 
 -- name: read_stall_list
--- $1 domain or null. Longest silent first.
+-- $1 domain or null, $2 how many (null: all). Longest silent first: the view's own order
+-- (oldest heartbeat first), which its index gives without a sort.
 SELECT unit_id, external_ref, fleet, domain, state, holder, attempt_id, attempt_no,
        last_heartbeat_at, lease_expires_at, lease_expired, stalled_seconds,
        stall_threshold_seconds
 FROM v_stall_list
 WHERE $1::text IS NULL OR domain = $1
-ORDER BY stalled_seconds DESC, external_ref;
+ORDER BY last_heartbeat_at, unit_id
+LIMIT $2;
+
+-- name: read_stall_count
+-- $1 domain or null: how many units the stall list holds.
+SELECT coalesce(sum(stalled_units), 0)::bigint AS stalled
+FROM v_stall_counts WHERE $1::text IS NULL OR domain = $1;
 
 -- name: read_cost_summary
 -- $1 domain or null: the domain rows and the total row of v_cost_per_unit.
@@ -50,13 +57,18 @@ WHERE scope IN ('domain', 'total') AND ($1::text IS NULL OR (scope = 'domain' AN
 ORDER BY scope = 'total', domain;
 
 -- name: read_reworked_units
--- $1 domain or null, $2 how many: the units that took the most attempts.
+-- $1 domain or null, $2 how many: the units that took the most attempts. Picked from
+-- v_cost_per_unit (a unit's own columns), then looked up in v_rework by id, so only those
+-- units' earlier attempts are counted.
 SELECT domain, unit_id, external_ref, state, disposition, attempts, superseded_attempts,
        released_attempts
 FROM v_rework
-WHERE scope = 'unit' AND ($1::text IS NULL OR domain = $1)
-ORDER BY attempts DESC, external_ref
-LIMIT $2;
+WHERE scope = 'unit'
+  AND unit_id IN (SELECT c.unit_id FROM v_cost_per_unit AS c
+                  WHERE c.scope = 'unit' AND c.attempts > 1 AND ($1::text IS NULL OR c.domain = $1)
+                  ORDER BY c.attempts DESC, c.external_ref
+                  LIMIT $2)
+ORDER BY attempts DESC, external_ref;
 
 -- name: read_disposition_summary
 -- $1 domain or null (then the four total rows, one per disposition).
@@ -83,9 +95,8 @@ ORDER BY scope = 'total', oldest_open_seconds DESC, assignee_group_slug;
 -- open questions and the oldest one's age by assignee group.
 SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
         FROM v_queue_depth AS q WHERE q.scope = 'domain') AS queue_depth,
-       (SELECT coalesce(jsonb_object_agg(s.domain, s.units), '{}')
-        FROM (SELECT domain, count(*) AS units FROM v_stall_list GROUP BY domain) AS s)
-           AS stalled,
+       (SELECT coalesce(jsonb_object_agg(s.domain, s.stalled_units), '{}')
+        FROM v_stall_counts AS s) AS stalled,
        (SELECT coalesce(jsonb_object_agg(c.domain, c.attempts), '{}')
         FROM v_cost_per_unit AS c WHERE c.scope = 'domain') AS claims,
        (SELECT coalesce(jsonb_object_agg(r.domain, r.superseded_attempts), '{}')
