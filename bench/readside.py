@@ -209,9 +209,29 @@ def markdown(runs: list[dict[str, Any]]) -> str:
             f"{rep['widest']} columns, exit {rep['exit']}."
         )
     for r in runs:
-        if "write" in r:
-            lines.append("\n" + r["write"])
+        if "with_over_without" in r:
+            lines += _write_table(r)
     return "\n".join(lines) + "\n"
+
+
+def _write_table(run: dict[str, Any]) -> list[str]:
+    """The write path with and without the tally triggers, side by side."""
+    with_, without = run["median"]["with"], run["median"]["without"]
+    ratios = run["with_over_without"]
+    return [
+        "",
+        f"Write path, {run['rounds']} interleaved rounds ({run['batch']} serial lives each;"
+        f" {run['workers']} connections for {run['window_seconds']} s every other round):",
+        "",
+        "| figure (median) | triggers on | triggers off | on ÷ off |",
+        "|---|---:|---:|---:|",
+        f"| PostgreSQL backend CPU per life (ms) | {with_['cpu_ms']} | {without['cpu_ms']} |"
+        f" {ratios['backend CPU per life']} |",
+        f"| wall time per serial life (ms) | {with_['wall_ms']} | {without['wall_ms']} |"
+        f" {ratios['wall per serial life']} |",
+        f"| lives per second, 64 connections | {with_['lives_per_s']} |"
+        f" {without['lives_per_s']} | {ratios['lives per s at c=64']} |",
+    ]
 
 
 def main() -> None:

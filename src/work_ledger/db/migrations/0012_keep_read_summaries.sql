@@ -3,9 +3,9 @@
 -- tallies kept by triggers on work_units, in the same statement as every change of a unit
 -- (any write path, raw SQL included), instead of scanning a million units per refresh.
 --
--- Exactness: a tally row holds what the units of its key add up to. A statement-level
--- trigger sees every changed unit once, old and new (transition tables), takes the old
--- rows out of their keys and puts the new ones in, in one upsert per tally table.
+-- Exactness: a tally row holds what the units of its key add up to. A row trigger sees
+-- every changed unit, old and new, takes the old row out of its keys and puts the new one
+-- in (an upsert of deltas per key).
 -- `audit` compares every tally with a full scan of the tables (wl_read_summary_drift), and
 -- wl_rebuild_read_summaries() rebuilds them all from the tables (this migration runs it).
 --
@@ -126,18 +126,16 @@ CROSS JOIN LATERAL (VALUES (u.domain), ('(all)')) AS scope (domain)
 WHERE u.disposition IS NOT NULL
 GROUP BY u.disposition, scope.domain, link;
 
--- A new unit is ready with nothing spent (unit_registered_ready), but the sums are taken
--- in full, so that whatever a raw INSERT writes is counted as it is.
-CREATE FUNCTION wl_tally_units_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
+-- Adds one row of deltas to a key of wl_unit_tallies (this backend's stripe).
+-- first/last_disposed_at only widen (NULL: no change).
+CREATE FUNCTION wl_tally_add(key_domain text, key_state work_state,
+                             key_disposition work_disposition, d_units integer,
+                             d_attempted integer, d_reworked integer, d_attempts integer,
+                             d_cost bigint, d_without_evidence integer, disposed timestamptz)
+    RETURNS void LANGUAGE sql AS $$
     INSERT INTO wl_unit_tallies AS t
-    SELECT n.domain, n.state, n.disposition, wl_tally_stripe(16), count(*),
-           count(*) FILTER (WHERE n.attempt_count > 0), count(*) FILTER (WHERE n.attempt_count > 1),
-           coalesce(sum(n.attempt_count), 0), coalesce(sum(n.cost_cents), 0),
-           count(*) FILTER (WHERE cardinality(n.evidence_urls) = 0),
-           min(n.disposed_at), max(n.disposed_at)
-    FROM new_units AS n
-    GROUP BY n.domain, n.state, n.disposition
+    VALUES (key_domain, key_state, key_disposition, wl_tally_stripe(16), d_units, d_attempted,
+            d_reworked, d_attempts, d_cost, d_without_evidence, disposed, disposed)
     ON CONFLICT ON CONSTRAINT unit_tallies_key DO UPDATE
     SET units = t.units + excluded.units,
         attempted_units = t.attempted_units + excluded.attempted_units,
@@ -147,116 +145,33 @@ BEGIN
         units_without_evidence = t.units_without_evidence + excluded.units_without_evidence,
         first_disposed_at = least(t.first_disposed_at, excluded.first_disposed_at),
         last_disposed_at = greatest(t.last_disposed_at, excluded.last_disposed_at);
-    RETURN NULL;
-END $$;
+$$;
 
--- A changed unit leaves the keys of its old row and enters those of its new one. A
--- heartbeat changes nothing counted: one look at the pair, no write.
-CREATE FUNCTION wl_tally_units_updated() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    counted boolean;
-    narrowed boolean;
-    reworked boolean;
-    linked boolean;
+-- A unit's earlier attempts (numbered below `below`) by how they ended.
+CREATE FUNCTION wl_earlier_attempts(unit uuid, below integer,
+                                    OUT superseded integer, OUT released integer)
+    LANGUAGE sql STABLE AS $$
+    SELECT count(*) FILTER (WHERE outcome = 'superseded'),
+           count(*) FILTER (WHERE outcome IN ('failed', 'abandoned'))
+    FROM work_unit_attempts WHERE unit_id = unit AND attempt_no < below;
+$$;
+
+-- Adds a unit's part to the per-domain earlier attempts and its day of disposal.
+CREATE FUNCTION wl_tally_rework_add(u work_units, sign integer, superseded integer,
+                                    released integer) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    SELECT coalesce(bool_or((o.domain, o.state, o.disposition, o.attempt_count, o.cost_cents,
-                             cardinality(o.evidence_urls), o.disposed_at)
-                            IS DISTINCT FROM (n.domain, n.state, n.disposition, n.attempt_count,
-                                              n.cost_cents, cardinality(n.evidence_urls),
-                                              n.disposed_at)), false),
-           coalesce(bool_or(o.disposed_at IS NOT NULL
-                            AND (o.domain, o.state, o.disposition, o.disposed_at)
-                                IS DISTINCT FROM (n.domain, n.state, n.disposition,
-                                                  n.disposed_at)), false),
-           coalesce(bool_or((o.domain, o.attempt_count, o.disposed_at)
-                            IS DISTINCT FROM (n.domain, n.attempt_count, n.disposed_at)
-                            AND (greatest(o.attempt_count, n.attempt_count) > 1
-                                 OR o.disposed_at IS NOT NULL OR n.disposed_at IS NOT NULL)), false),
-           coalesce(bool_or((o.disposition IS NOT NULL OR n.disposition IS NOT NULL)
-                            AND (o.domain, o.disposition, o.evidence_urls)
-                                IS DISTINCT FROM (n.domain, n.disposition, n.evidence_urls)), false)
-      INTO counted, narrowed, reworked, linked
-    FROM old_units AS o JOIN new_units AS n ON n.id = o.id;
-    IF counted THEN
-        INSERT INTO wl_unit_tallies AS t
-        SELECT s.domain, s.state, s.disposition, wl_tally_stripe(16), sum(s.sign),
-               sum(s.sign * (s.attempt_count > 0)::integer),
-               sum(s.sign * (s.attempt_count > 1)::integer),
-               sum(s.sign * s.attempt_count), sum(s.sign * s.cost_cents),
-               sum(s.sign * (cardinality(s.evidence_urls) = 0)::integer),
-               min(s.disposed_at) FILTER (WHERE s.sign > 0),
-               max(s.disposed_at) FILTER (WHERE s.sign > 0)
-        FROM (SELECT -1 AS sign, o.* FROM old_units AS o
-              UNION ALL
-              SELECT 1, n.* FROM new_units AS n) AS s
-        GROUP BY s.domain, s.state, s.disposition
-        ORDER BY s.domain, s.state, s.disposition
-        ON CONFLICT ON CONSTRAINT unit_tallies_key DO UPDATE
-        SET units = t.units + excluded.units,
-            attempted_units = t.attempted_units + excluded.attempted_units,
-            reworked_units = t.reworked_units + excluded.reworked_units,
-            attempts = t.attempts + excluded.attempts,
-            cost_cents = t.cost_cents + excluded.cost_cents,
-            units_without_evidence = t.units_without_evidence + excluded.units_without_evidence,
-            first_disposed_at = least(t.first_disposed_at, excluded.first_disposed_at),
-            last_disposed_at = greatest(t.last_disposed_at, excluded.last_disposed_at);
+    IF superseded <> 0 OR released <> 0 THEN
+        INSERT INTO wl_rework_tallies AS t
+        VALUES (u.domain, wl_tally_stripe(16), sign * superseded, sign * released)
+        ON CONFLICT ON CONSTRAINT rework_tallies_key DO UPDATE
+        SET superseded_attempts = t.superseded_attempts + excluded.superseded_attempts,
+            released_attempts = t.released_attempts + excluded.released_attempts;
     END IF;
-    IF narrowed THEN
-        -- A disposed unit left its key (a raw edit of its domain: dispositions are final),
-        -- so that key's first and last disposal are looked up again.
-        UPDATE wl_unit_tallies AS t
-        SET first_disposed_at = w.first_disposed_at, last_disposed_at = w.last_disposed_at
-        FROM (SELECT k.domain, k.state, k.disposition, min(u.disposed_at) AS first_disposed_at,
-                     max(u.disposed_at) AS last_disposed_at
-              FROM (SELECT DISTINCT domain, state, disposition FROM old_units
-                    WHERE disposed_at IS NOT NULL) AS k
-              LEFT JOIN work_units AS u
-                     ON (u.domain, u.state, u.disposition) = (k.domain, k.state, k.disposition)
-              GROUP BY k.domain, k.state, k.disposition) AS w
-        WHERE (t.domain, t.state, t.disposition) = (w.domain, w.state, w.disposition);
-    END IF;
-    IF reworked THEN
-        -- The earlier attempts of the changed units, before and after, by domain and by day
-        -- of disposal. An attempt's outcome is final once a later attempt exists
-        -- (attempt_outcome_final), so the attempts table as it is now (AFTER the statement,
-        -- the claim's own supersede included) says what both the old and the new row count.
-        WITH sides AS (
-            SELECT -1 AS sign, o.id, o.domain, o.attempt_count, o.disposed_at
-            FROM old_units AS o JOIN new_units AS n ON n.id = o.id
-            WHERE (o.domain, o.attempt_count, o.disposed_at)
-                  IS DISTINCT FROM (n.domain, n.attempt_count, n.disposed_at)
-            UNION ALL
-            SELECT 1, n.id, n.domain, n.attempt_count, n.disposed_at
-            FROM old_units AS o JOIN new_units AS n ON n.id = o.id
-            WHERE (o.domain, o.attempt_count, o.disposed_at)
-                  IS DISTINCT FROM (n.domain, n.attempt_count, n.disposed_at)
-        ), counted AS (
-            SELECT s.*, coalesce(e.superseded, 0) AS superseded, coalesce(e.released, 0) AS released
-            FROM sides AS s
-            LEFT JOIN LATERAL (
-                SELECT count(*) FILTER (WHERE a.outcome = 'superseded') AS superseded,
-                       count(*) FILTER (WHERE a.outcome IN ('failed', 'abandoned')) AS released
-                FROM work_unit_attempts AS a
-                WHERE s.attempt_count > 1 AND a.unit_id = s.id AND a.attempt_no < s.attempt_count
-            ) AS e ON true
-        ), by_domain AS (
-            INSERT INTO wl_rework_tallies AS t
-            SELECT c.domain, wl_tally_stripe(16), sum(c.sign * c.superseded), sum(c.sign * c.released)
-            FROM counted AS c WHERE c.attempt_count > 1
-            GROUP BY c.domain
-            HAVING sum(c.sign * c.superseded) <> 0 OR sum(c.sign * c.released) <> 0
-            ORDER BY c.domain
-            ON CONFLICT ON CONSTRAINT rework_tallies_key DO UPDATE
-            SET superseded_attempts = t.superseded_attempts + excluded.superseded_attempts,
-                released_attempts = t.released_attempts + excluded.released_attempts
-        )
+    IF u.disposed_at IS NOT NULL AND u.attempt_count > 0 THEN
         INSERT INTO wl_rework_days AS t
-        SELECT c.domain, date_trunc('day', c.disposed_at, 'UTC'), wl_tally_stripe(4), sum(c.sign),
-               sum(c.sign * (c.attempt_count > 1)::integer), sum(c.sign * c.attempt_count),
-               sum(c.sign * c.superseded), sum(c.sign * c.released)
-        FROM counted AS c WHERE c.disposed_at IS NOT NULL AND c.attempt_count > 0
-        GROUP BY c.domain, date_trunc('day', c.disposed_at, 'UTC')
-        ORDER BY c.domain, date_trunc('day', c.disposed_at, 'UTC')
+        VALUES (u.domain, date_trunc('day', u.disposed_at, 'UTC'), wl_tally_stripe(4), sign,
+                sign * (u.attempt_count > 1)::integer, sign * u.attempt_count,
+                sign * superseded, sign * released)
         ON CONFLICT ON CONSTRAINT rework_days_key DO UPDATE
         SET attempted_units = t.attempted_units + excluded.attempted_units,
             reworked_units = t.reworked_units + excluded.reworked_units,
@@ -264,63 +179,143 @@ BEGIN
             superseded_attempts = t.superseded_attempts + excluded.superseded_attempts,
             released_attempts = t.released_attempts + excluded.released_attempts;
     END IF;
-    IF linked THEN
-        -- The evidence links of the changed disposed units, before and after. A link whose count
-        -- comes to 0 is removed; the distinct count moves by the links added and removed.
-        WITH sides AS (
-            SELECT -1 AS sign, o.disposition, o.domain, o.evidence_urls
-            FROM old_units AS o JOIN new_units AS n ON n.id = o.id
-            WHERE o.disposition IS NOT NULL
-              AND (o.domain, o.disposition, o.evidence_urls)
-                  IS DISTINCT FROM (n.domain, n.disposition, n.evidence_urls)
-            UNION ALL
-            SELECT 1, n.disposition, n.domain, n.evidence_urls
-            FROM old_units AS o JOIN new_units AS n ON n.id = o.id
-            WHERE n.disposition IS NOT NULL
-              AND (o.domain, o.disposition, o.evidence_urls)
-                  IS DISTINCT FROM (n.domain, n.disposition, n.evidence_urls)
-        ), deltas AS (
-            SELECT s.disposition, scope.domain, link, sum(s.sign) AS delta
-            FROM sides AS s
-            CROSS JOIN LATERAL unnest(s.evidence_urls) AS link
-            CROSS JOIN LATERAL (VALUES (s.domain), ('(all)')) AS scope (domain)
-            GROUP BY s.disposition, scope.domain, link
-            HAVING sum(s.sign) <> 0
-        ), kept AS (
-            INSERT INTO wl_disposed_links AS l
-            SELECT d.disposition, d.domain, d.link, d.delta FROM deltas AS d
-            ORDER BY d.disposition, d.domain, d.link
-            ON CONFLICT ON CONSTRAINT disposed_links_key DO UPDATE SET units = l.units + excluded.units
-            RETURNING l.disposition, l.domain, l.link, l.units
-        )
-        -- A row left holding its delta had none before: it is new (no row stays at 0).
-        INSERT INTO wl_link_tallies AS t
-        SELECT k.disposition, k.domain, wl_tally_stripe(16),
-               count(*) FILTER (WHERE k.units = d.delta AND d.delta > 0)
-               - count(*) FILTER (WHERE k.units = 0)
-        FROM kept AS k JOIN deltas AS d USING (disposition, domain, link)
-        GROUP BY k.disposition, k.domain
-        HAVING count(*) FILTER (WHERE k.units = d.delta AND d.delta > 0)
-               <> count(*) FILTER (WHERE k.units = 0)
-        ORDER BY k.disposition, k.domain
-        ON CONFLICT ON CONSTRAINT link_tallies_key DO UPDATE SET links = t.links + excluded.links;
-        IF EXISTS (SELECT 1 FROM old_units WHERE disposition IS NOT NULL) THEN
-            DELETE FROM wl_disposed_links AS l
-            USING old_units AS o, unnest(o.evidence_urls) AS e (url),
-                  LATERAL (VALUES (o.domain), ('(all)')) AS scope (domain)
-            WHERE o.disposition IS NOT NULL AND l.units = 0
-              AND (l.disposition, l.domain, l.link) = (o.disposition, scope.domain, e.url);
+END $$;
+
+-- Moves a disposed unit's evidence links in (sign 1) or out (-1) of its disposition's
+-- distinct links, per domain and over all; a link whose count comes to 0 is removed, and
+-- the distinct counts move by the links added and removed.
+CREATE FUNCTION wl_tally_links_add(u work_units, sign integer) RETURNS void
+    LANGUAGE plpgsql AS $$
+BEGIN
+    WITH deltas AS (
+        SELECT u.disposition, scope.domain, link, sign * count(*) AS delta
+        FROM unnest(u.evidence_urls) AS link
+        CROSS JOIN (VALUES (u.domain), ('(all)')) AS scope (domain)
+        GROUP BY scope.domain, link
+    ), kept AS (
+        INSERT INTO wl_disposed_links AS l
+        SELECT d.disposition, d.domain, d.link, d.delta FROM deltas AS d
+        ORDER BY d.domain, d.link
+        ON CONFLICT ON CONSTRAINT disposed_links_key DO UPDATE SET units = l.units + excluded.units
+        RETURNING l.domain, l.link, l.units
+    )
+    -- A row left holding its delta had none before: it is new (no row stays at 0).
+    INSERT INTO wl_link_tallies AS t
+    SELECT u.disposition, k.domain, wl_tally_stripe(16),
+           count(*) FILTER (WHERE k.units = d.delta AND d.delta > 0)
+           - count(*) FILTER (WHERE k.units = 0)
+    FROM kept AS k JOIN deltas AS d USING (domain, link)
+    GROUP BY k.domain
+    HAVING count(*) FILTER (WHERE k.units = d.delta AND d.delta > 0)
+           <> count(*) FILTER (WHERE k.units = 0)
+    ORDER BY k.domain
+    ON CONFLICT ON CONSTRAINT link_tallies_key DO UPDATE SET links = t.links + excluded.links;
+    IF sign < 0 THEN
+        DELETE FROM wl_disposed_links AS l
+        USING unnest(u.evidence_urls) AS e (url), (VALUES (u.domain), ('(all)')) AS scope (domain)
+        WHERE l.units = 0 AND (l.disposition, l.domain, l.link) = (u.disposition, scope.domain, e.url);
+    END IF;
+END $$;
+
+-- A changed unit leaves the keys of its old row and enters those of its new one. The
+-- trigger's WHEN skips what changes nothing counted (a heartbeat). Row triggers AFTER the
+-- statement see all of it: the claim's own supersede of the previous attempt included.
+CREATE FUNCTION wl_tally_unit() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    old_superseded integer := 0;
+    old_released integer := 0;
+    new_superseded integer := 0;
+    new_released integer := 0;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        PERFORM wl_tally_add(NEW.domain, NEW.state, NEW.disposition, 1,
+                             (NEW.attempt_count > 0)::integer, (NEW.attempt_count > 1)::integer,
+                             NEW.attempt_count, NEW.cost_cents,
+                             (cardinality(NEW.evidence_urls) = 0)::integer, NEW.disposed_at);
+        RETURN NULL;
+    END IF;
+    IF (OLD.domain, OLD.state, OLD.disposition) = (NEW.domain, NEW.state, NEW.disposition)
+       OR (OLD.disposition IS NULL AND NEW.disposition IS NULL
+           AND (OLD.domain, OLD.state) = (NEW.domain, NEW.state)) THEN
+        PERFORM wl_tally_add(NEW.domain, NEW.state, NEW.disposition, 0,
+                             (NEW.attempt_count > 0)::integer - (OLD.attempt_count > 0)::integer,
+                             (NEW.attempt_count > 1)::integer - (OLD.attempt_count > 1)::integer,
+                             NEW.attempt_count - OLD.attempt_count, NEW.cost_cents - OLD.cost_cents,
+                             (cardinality(NEW.evidence_urls) = 0)::integer
+                             - (cardinality(OLD.evidence_urls) = 0)::integer, NEW.disposed_at);
+    ELSE
+        -- Two keys, taken in one order (domain, state) by every writer: no deadlock.
+        IF (OLD.domain, OLD.state) < (NEW.domain, NEW.state) THEN
+            PERFORM wl_tally_add(OLD.domain, OLD.state, OLD.disposition, -1,
+                                 -(OLD.attempt_count > 0)::integer, -(OLD.attempt_count > 1)::integer,
+                                 -OLD.attempt_count, -OLD.cost_cents,
+                                 -(cardinality(OLD.evidence_urls) = 0)::integer, NULL);
+        END IF;
+        PERFORM wl_tally_add(NEW.domain, NEW.state, NEW.disposition, 1,
+                             (NEW.attempt_count > 0)::integer, (NEW.attempt_count > 1)::integer,
+                             NEW.attempt_count, NEW.cost_cents,
+                             (cardinality(NEW.evidence_urls) = 0)::integer, NEW.disposed_at);
+        IF (OLD.domain, OLD.state) >= (NEW.domain, NEW.state) THEN
+            PERFORM wl_tally_add(OLD.domain, OLD.state, OLD.disposition, -1,
+                                 -(OLD.attempt_count > 0)::integer, -(OLD.attempt_count > 1)::integer,
+                                 -OLD.attempt_count, -OLD.cost_cents,
+                                 -(cardinality(OLD.evidence_urls) = 0)::integer, NULL);
+        END IF;
+        IF OLD.disposed_at IS NOT NULL THEN
+            -- A disposed unit left its key (a raw edit of its domain: dispositions are
+            -- final), so that key's first and last disposal are looked up again.
+            UPDATE wl_unit_tallies AS t
+            SET first_disposed_at = w.first_disposed_at, last_disposed_at = w.last_disposed_at
+            FROM (SELECT min(u.disposed_at) AS first_disposed_at,
+                         max(u.disposed_at) AS last_disposed_at
+                  FROM work_units AS u
+                  WHERE (u.domain, u.state, u.disposition)
+                        = (OLD.domain, OLD.state, OLD.disposition)) AS w
+            WHERE (t.domain, t.state, t.disposition) = (OLD.domain, OLD.state, OLD.disposition);
+        END IF;
+    END IF;
+    -- Earlier attempts: an attempt's outcome is final once a later one exists
+    -- (attempt_outcome_final), so the attempts table as it is now says what both the old
+    -- and the new row count. Only units past their first attempt have any.
+    IF (OLD.domain, OLD.attempt_count, OLD.disposed_at)
+       IS DISTINCT FROM (NEW.domain, NEW.attempt_count, NEW.disposed_at)
+       AND (greatest(OLD.attempt_count, NEW.attempt_count) > 1
+            OR OLD.disposed_at IS NOT NULL OR NEW.disposed_at IS NOT NULL) THEN
+        IF OLD.attempt_count > 1 THEN
+            SELECT * INTO old_superseded, old_released
+            FROM wl_earlier_attempts(OLD.id, OLD.attempt_count);
+        END IF;
+        IF NEW.attempt_count > 1 THEN
+            SELECT * INTO new_superseded, new_released
+            FROM wl_earlier_attempts(NEW.id, NEW.attempt_count);
+        END IF;
+        PERFORM wl_tally_rework_add(OLD, -1, old_superseded, old_released);
+        PERFORM wl_tally_rework_add(NEW, 1, new_superseded, new_released);
+    END IF;
+    IF (OLD.disposition IS NOT NULL OR NEW.disposition IS NOT NULL)
+       AND (OLD.domain, OLD.disposition, OLD.evidence_urls)
+           IS DISTINCT FROM (NEW.domain, NEW.disposition, NEW.evidence_urls) THEN
+        IF OLD.disposition IS NOT NULL THEN
+            PERFORM wl_tally_links_add(OLD, -1);
+        END IF;
+        IF NEW.disposition IS NOT NULL THEN
+            PERFORM wl_tally_links_add(NEW, 1);
         END IF;
     END IF;
     RETURN NULL;
 END $$;
 
 CREATE TRIGGER read_summaries_on_insert
-    AFTER INSERT ON work_units REFERENCING NEW TABLE AS new_units
-    FOR EACH STATEMENT EXECUTE FUNCTION wl_tally_units_inserted();
+    AFTER INSERT ON work_units
+    FOR EACH ROW EXECUTE FUNCTION wl_tally_unit();
 CREATE TRIGGER read_summaries_on_update
-    AFTER UPDATE ON work_units REFERENCING OLD TABLE AS old_units NEW TABLE AS new_units
-    FOR EACH STATEMENT EXECUTE FUNCTION wl_tally_units_updated();
+    AFTER UPDATE ON work_units
+    FOR EACH ROW
+    WHEN ((OLD.domain, OLD.state, OLD.disposition, OLD.attempt_count, OLD.cost_cents,
+           OLD.evidence_urls, OLD.disposed_at)
+          IS DISTINCT FROM (NEW.domain, NEW.state, NEW.disposition, NEW.attempt_count,
+                            NEW.cost_cents, NEW.evidence_urls, NEW.disposed_at))
+    EXECUTE FUNCTION wl_tally_unit();
 
 -- Every tally from the tables, stripe 0, writers held off meanwhile (SHARE lets readers
 -- on). For this migration, a bulk load with triggers off, or a repair the audit asked for.
