@@ -53,7 +53,19 @@ QUERIES = {
     "v_stall_list (20 longest silent)": (
         "SELECT * FROM v_stall_list ORDER BY stalled_seconds DESC LIMIT 20"
     ),
+    "v_stall_list (20 longest silent, the view's order)": "SELECT * FROM v_stall_list LIMIT 20",
     "v_question_wait": "SELECT * FROM v_question_wait",
+    "v_question_wait (group rows, as /metrics reads)": (
+        "SELECT * FROM v_question_wait WHERE scope = 'group'"
+    ),
+    "costliest 20 units (v_cost_per_unit unit scope by cost)": (
+        "SELECT * FROM v_cost_per_unit WHERE scope = 'unit' ORDER BY cost_cents DESC LIMIT 20"
+    ),
+    "most attempts, 20 units (v_rework by id from v_cost_per_unit)": (
+        "SELECT * FROM v_rework WHERE scope = 'unit' AND unit_id IN (SELECT unit_id"
+        " FROM v_cost_per_unit WHERE scope = 'unit' AND attempts > 1"
+        " ORDER BY attempts DESC, external_ref LIMIT 20)"
+    ),
     "v_rework unit scope, one keyset page of 50": (
         "SELECT * FROM v_rework WHERE scope = 'unit' AND external_ref > 'repo-500'"
         " ORDER BY external_ref LIMIT 50"
@@ -65,6 +77,7 @@ QUERIES = {
 }
 # Views that exist only from a later migration on; timed where present.
 LATER_VIEWS = {
+    "v_stall_counts": "SELECT * FROM v_stall_counts",
     "v_waiting": "SELECT * FROM v_waiting LIMIT 100",
     "v_budget": "SELECT * FROM v_budget",
     "v_cost_by_model": "SELECT * FROM v_cost_by_model",
@@ -167,7 +180,8 @@ async def time_reads(admin_url: str, *, label: str, reps: int) -> dict[str, Any]
         await read_gauges(conn)
         first_scrape = (time.perf_counter() - t0) * 1000
         present = {r["viewname"] for r in await conn.fetch("SELECT viewname FROM pg_views")}
-        queries = {**QUERIES, **{k: v for k, v in LATER_VIEWS.items() if k in present}}
+        later = {k: v for k, v in LATER_VIEWS.items() if k in present}
+        queries = {**QUERIES, **later}
         results = {name: await _median_ms(conn, sql, reps) for name, sql in queries.items()}
         scrapes = []
         for _ in range(reps):

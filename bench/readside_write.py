@@ -33,7 +33,9 @@ from work_ledger.db.queries import QUERIES
 
 DATABASE = "readside_write"
 TRIGGERS = ("read_summaries_on_insert", "read_summaries_on_update")
-EVIDENCE = "https://ci.example.com/runs/1"
+# One link per unit, as a real fleet records them (a link shared by every unit would make
+# its row in wl_disposed_links a hot row: each disposal carrying it counts it there).
+EVIDENCE = "https://ci.example.com/runs/{}"
 LEASE_SECONDS = 900
 SEED = 60_000
 DOMAINS = 40
@@ -46,7 +48,7 @@ async def _life(conn: asyncpg.Connection, agent: str) -> bool:
     unit, attempt = row["unit"]["id"], row["attempt"]["id"]
     await conn.fetchrow(QUERIES["start_unit"], unit, ["claimed"], agent, attempt, agent)
     await conn.fetchrow(QUERIES["record_cost"], attempt, 125, agent, agent)
-    verify = (unit, ["in_progress"], agent, attempt, EVIDENCE, {}, agent)
+    verify = (unit, ["in_progress"], agent, attempt, EVIDENCE.format(unit), {}, agent)
     await conn.fetchrow(QUERIES["verify_unit"], *verify)
     await conn.fetchrow(QUERIES["dispose_verified_unit"], unit, agent, attempt, None, None, agent)
     return True
