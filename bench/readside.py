@@ -62,9 +62,14 @@ QUERIES = {
         "SELECT * FROM v_cost_per_unit WHERE scope = 'unit' ORDER BY cost_cents DESC LIMIT 20"
     ),
     "most attempts, 20 units (v_rework by id from v_cost_per_unit)": (
-        "SELECT * FROM v_rework WHERE scope = 'unit' AND unit_id IN (SELECT unit_id"
+        "SELECT * FROM v_rework WHERE scope = 'unit' AND unit_id = ANY (ARRAY(SELECT unit_id"
         " FROM v_cost_per_unit WHERE scope = 'unit' AND attempts > 1"
-        " ORDER BY attempts DESC, external_ref LIMIT 20)"
+        " ORDER BY attempts DESC, external_ref LIMIT 20))"
+    ),
+    "v_rework unit scope, one keyset page of 50 (ids from v_cost_per_unit)": (
+        "SELECT * FROM v_rework WHERE scope = 'unit' AND unit_id = ANY (ARRAY(SELECT unit_id"
+        " FROM v_cost_per_unit WHERE scope = 'unit' AND attempts > 1"
+        " AND external_ref > 'repo-500' ORDER BY external_ref LIMIT 50))"
     ),
     "v_rework unit scope, one keyset page of 50": (
         "SELECT * FROM v_rework WHERE scope = 'unit' AND external_ref > 'repo-500'"

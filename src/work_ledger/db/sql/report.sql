@@ -58,16 +58,17 @@ ORDER BY scope = 'total', domain;
 
 -- name: read_reworked_units
 -- $1 domain or null, $2 how many: the units that took the most attempts. Picked from
--- v_cost_per_unit (a unit's own columns), then looked up in v_rework by id, so only those
--- units' earlier attempts are counted.
+-- v_cost_per_unit (a unit's own columns), then looked up in v_rework by id: an array
+-- computed first (ARRAY(...)), so the lookup is an index scan of those units alone.
 SELECT domain, unit_id, external_ref, state, disposition, attempts, superseded_attempts,
        released_attempts
 FROM v_rework
 WHERE scope = 'unit'
-  AND unit_id IN (SELECT c.unit_id FROM v_cost_per_unit AS c
-                  WHERE c.scope = 'unit' AND c.attempts > 1 AND ($1::text IS NULL OR c.domain = $1)
-                  ORDER BY c.attempts DESC, c.external_ref
-                  LIMIT $2)
+  AND unit_id = ANY (ARRAY(SELECT c.unit_id FROM v_cost_per_unit AS c
+                           WHERE c.scope = 'unit' AND c.attempts > 1
+                             AND ($1::text IS NULL OR c.domain = $1)
+                           ORDER BY c.attempts DESC, c.external_ref
+                           LIMIT $2))
 ORDER BY attempts DESC, external_ref;
 
 -- name: read_disposition_summary
