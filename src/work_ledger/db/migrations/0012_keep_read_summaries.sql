@@ -126,27 +126,6 @@ CROSS JOIN LATERAL (VALUES (u.domain), ('(all)')) AS scope (domain)
 WHERE u.disposition IS NOT NULL
 GROUP BY u.disposition, scope.domain, link;
 
--- Adds one row of deltas to a key of wl_unit_tallies (this backend's stripe).
--- first/last_disposed_at only widen (NULL: no change).
-CREATE FUNCTION wl_tally_add(key_domain text, key_state work_state,
-                             key_disposition work_disposition, d_units integer,
-                             d_attempted integer, d_reworked integer, d_attempts integer,
-                             d_cost bigint, d_without_evidence integer, disposed timestamptz)
-    RETURNS void LANGUAGE sql AS $$
-    INSERT INTO wl_unit_tallies AS t
-    VALUES (key_domain, key_state, key_disposition, wl_tally_stripe(16), d_units, d_attempted,
-            d_reworked, d_attempts, d_cost, d_without_evidence, disposed, disposed)
-    ON CONFLICT ON CONSTRAINT unit_tallies_key DO UPDATE
-    SET units = t.units + excluded.units,
-        attempted_units = t.attempted_units + excluded.attempted_units,
-        reworked_units = t.reworked_units + excluded.reworked_units,
-        attempts = t.attempts + excluded.attempts,
-        cost_cents = t.cost_cents + excluded.cost_cents,
-        units_without_evidence = t.units_without_evidence + excluded.units_without_evidence,
-        first_disposed_at = least(t.first_disposed_at, excluded.first_disposed_at),
-        last_disposed_at = greatest(t.last_disposed_at, excluded.last_disposed_at);
-$$;
-
 -- A unit's earlier attempts (numbered below `below`) by how they ended.
 CREATE FUNCTION wl_earlier_attempts(unit uuid, below integer,
                                     OUT superseded integer, OUT released integer)
@@ -156,70 +135,12 @@ CREATE FUNCTION wl_earlier_attempts(unit uuid, below integer,
     FROM work_unit_attempts WHERE unit_id = unit AND attempt_no < below;
 $$;
 
--- Adds a unit's part to the per-domain earlier attempts and its day of disposal.
-CREATE FUNCTION wl_tally_rework_add(u work_units, sign integer, superseded integer,
-                                    released integer) RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    IF superseded <> 0 OR released <> 0 THEN
-        INSERT INTO wl_rework_tallies AS t
-        VALUES (u.domain, wl_tally_stripe(16), sign * superseded, sign * released)
-        ON CONFLICT ON CONSTRAINT rework_tallies_key DO UPDATE
-        SET superseded_attempts = t.superseded_attempts + excluded.superseded_attempts,
-            released_attempts = t.released_attempts + excluded.released_attempts;
-    END IF;
-    IF u.disposed_at IS NOT NULL AND u.attempt_count > 0 THEN
-        INSERT INTO wl_rework_days AS t
-        VALUES (u.domain, date_trunc('day', u.disposed_at, 'UTC'), wl_tally_stripe(4), sign,
-                sign * (u.attempt_count > 1)::integer, sign * u.attempt_count,
-                sign * superseded, sign * released)
-        ON CONFLICT ON CONSTRAINT rework_days_key DO UPDATE
-        SET attempted_units = t.attempted_units + excluded.attempted_units,
-            reworked_units = t.reworked_units + excluded.reworked_units,
-            attempts = t.attempts + excluded.attempts,
-            superseded_attempts = t.superseded_attempts + excluded.superseded_attempts,
-            released_attempts = t.released_attempts + excluded.released_attempts;
-    END IF;
-END $$;
-
--- Moves a disposed unit's evidence links in (sign 1) or out (-1) of its disposition's
--- distinct links, per domain and over all; a link whose count comes to 0 is removed, and
--- the distinct counts move by the links added and removed.
-CREATE FUNCTION wl_tally_links_add(u work_units, sign integer) RETURNS void
-    LANGUAGE plpgsql AS $$
-BEGIN
-    WITH deltas AS (
-        SELECT u.disposition, scope.domain, link, sign * count(*) AS delta
-        FROM unnest(u.evidence_urls) AS link
-        CROSS JOIN (VALUES (u.domain), ('(all)')) AS scope (domain)
-        GROUP BY scope.domain, link
-    ), kept AS (
-        INSERT INTO wl_disposed_links AS l
-        SELECT d.disposition, d.domain, d.link, d.delta FROM deltas AS d
-        ORDER BY d.domain, d.link
-        ON CONFLICT ON CONSTRAINT disposed_links_key DO UPDATE SET units = l.units + excluded.units
-        RETURNING l.domain, l.link, l.units
-    )
-    -- A row left holding its delta had none before: it is new (no row stays at 0).
-    INSERT INTO wl_link_tallies AS t
-    SELECT u.disposition, k.domain, wl_tally_stripe(16),
-           count(*) FILTER (WHERE k.units = d.delta AND d.delta > 0)
-           - count(*) FILTER (WHERE k.units = 0)
-    FROM kept AS k JOIN deltas AS d USING (domain, link)
-    GROUP BY k.domain
-    HAVING count(*) FILTER (WHERE k.units = d.delta AND d.delta > 0)
-           <> count(*) FILTER (WHERE k.units = 0)
-    ORDER BY k.domain
-    ON CONFLICT ON CONSTRAINT link_tallies_key DO UPDATE SET links = t.links + excluded.links;
-    IF sign < 0 THEN
-        DELETE FROM wl_disposed_links AS l
-        USING unnest(u.evidence_urls) AS e (url), (VALUES (u.domain), ('(all)')) AS scope (domain)
-        WHERE l.units = 0 AND (l.disposition, l.domain, l.link) = (u.disposition, scope.domain, e.url);
-    END IF;
-END $$;
-
--- A changed unit leaves the keys of its old row and enters those of its new one. The
--- trigger's WHEN skips what changes nothing counted (a heartbeat). Row triggers AFTER the
--- statement see all of it: the claim's own supersede of the previous attempt included.
+-- A changed unit leaves the keys of its old row (sign -1) and enters those of its new one
+-- (+1): one upsert of deltas per tally table, the keys in one order for every writer (no
+-- deadlock), this backend's stripe. On INSERT, OLD is null and only the new row counts.
+-- The trigger's WHEN skips what changes nothing counted (a heartbeat). Row triggers AFTER
+-- the statement see all of it: the claim's own supersede of the previous attempt included.
+-- first/last_disposed_at only widen; a disposed unit leaving its key is looked up again.
 CREATE FUNCTION wl_tally_unit() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     old_superseded integer := 0;
@@ -227,52 +148,42 @@ DECLARE
     new_superseded integer := 0;
     new_released integer := 0;
 BEGIN
+    INSERT INTO wl_unit_tallies AS t
+    SELECT d.domain, d.state, d.disposition, wl_tally_stripe(16), sum(d.units),
+           sum(d.attempted), sum(d.reworked), sum(d.attempts), sum(d.cost),
+           sum(d.without_evidence), min(d.disposed), max(d.disposed)
+    FROM (VALUES (OLD.domain, OLD.state, OLD.disposition, -1, -(OLD.attempt_count > 0)::integer,
+                  -(OLD.attempt_count > 1)::integer, -OLD.attempt_count, -OLD.cost_cents,
+                  -(cardinality(OLD.evidence_urls) = 0)::integer, NULL::timestamptz),
+                 (NEW.domain, NEW.state, NEW.disposition, 1, (NEW.attempt_count > 0)::integer,
+                  (NEW.attempt_count > 1)::integer, NEW.attempt_count, NEW.cost_cents,
+                  (cardinality(NEW.evidence_urls) = 0)::integer, NEW.disposed_at))
+         AS d (domain, state, disposition, units, attempted, reworked, attempts, cost,
+               without_evidence, disposed)
+    WHERE d.domain IS NOT NULL
+    GROUP BY d.domain, d.state, d.disposition
+    ORDER BY d.domain, d.state, d.disposition
+    ON CONFLICT ON CONSTRAINT unit_tallies_key DO UPDATE
+    SET units = t.units + excluded.units,
+        attempted_units = t.attempted_units + excluded.attempted_units,
+        reworked_units = t.reworked_units + excluded.reworked_units,
+        attempts = t.attempts + excluded.attempts,
+        cost_cents = t.cost_cents + excluded.cost_cents,
+        units_without_evidence = t.units_without_evidence + excluded.units_without_evidence,
+        first_disposed_at = least(t.first_disposed_at, excluded.first_disposed_at),
+        last_disposed_at = greatest(t.last_disposed_at, excluded.last_disposed_at);
     IF TG_OP = 'INSERT' THEN
-        PERFORM wl_tally_add(NEW.domain, NEW.state, NEW.disposition, 1,
-                             (NEW.attempt_count > 0)::integer, (NEW.attempt_count > 1)::integer,
-                             NEW.attempt_count, NEW.cost_cents,
-                             (cardinality(NEW.evidence_urls) = 0)::integer, NEW.disposed_at);
         RETURN NULL;
     END IF;
-    IF (OLD.domain, OLD.state, OLD.disposition) = (NEW.domain, NEW.state, NEW.disposition)
-       OR (OLD.disposition IS NULL AND NEW.disposition IS NULL
-           AND (OLD.domain, OLD.state) = (NEW.domain, NEW.state)) THEN
-        PERFORM wl_tally_add(NEW.domain, NEW.state, NEW.disposition, 0,
-                             (NEW.attempt_count > 0)::integer - (OLD.attempt_count > 0)::integer,
-                             (NEW.attempt_count > 1)::integer - (OLD.attempt_count > 1)::integer,
-                             NEW.attempt_count - OLD.attempt_count, NEW.cost_cents - OLD.cost_cents,
-                             (cardinality(NEW.evidence_urls) = 0)::integer
-                             - (cardinality(OLD.evidence_urls) = 0)::integer, NEW.disposed_at);
-    ELSE
-        -- Two keys, taken in one order (domain, state) by every writer: no deadlock.
-        IF (OLD.domain, OLD.state) < (NEW.domain, NEW.state) THEN
-            PERFORM wl_tally_add(OLD.domain, OLD.state, OLD.disposition, -1,
-                                 -(OLD.attempt_count > 0)::integer, -(OLD.attempt_count > 1)::integer,
-                                 -OLD.attempt_count, -OLD.cost_cents,
-                                 -(cardinality(OLD.evidence_urls) = 0)::integer, NULL);
-        END IF;
-        PERFORM wl_tally_add(NEW.domain, NEW.state, NEW.disposition, 1,
-                             (NEW.attempt_count > 0)::integer, (NEW.attempt_count > 1)::integer,
-                             NEW.attempt_count, NEW.cost_cents,
-                             (cardinality(NEW.evidence_urls) = 0)::integer, NEW.disposed_at);
-        IF (OLD.domain, OLD.state) >= (NEW.domain, NEW.state) THEN
-            PERFORM wl_tally_add(OLD.domain, OLD.state, OLD.disposition, -1,
-                                 -(OLD.attempt_count > 0)::integer, -(OLD.attempt_count > 1)::integer,
-                                 -OLD.attempt_count, -OLD.cost_cents,
-                                 -(cardinality(OLD.evidence_urls) = 0)::integer, NULL);
-        END IF;
-        IF OLD.disposed_at IS NOT NULL THEN
-            -- A disposed unit left its key (a raw edit of its domain: dispositions are
-            -- final), so that key's first and last disposal are looked up again.
-            UPDATE wl_unit_tallies AS t
-            SET first_disposed_at = w.first_disposed_at, last_disposed_at = w.last_disposed_at
-            FROM (SELECT min(u.disposed_at) AS first_disposed_at,
-                         max(u.disposed_at) AS last_disposed_at
-                  FROM work_units AS u
-                  WHERE (u.domain, u.state, u.disposition)
-                        = (OLD.domain, OLD.state, OLD.disposition)) AS w
-            WHERE (t.domain, t.state, t.disposition) = (OLD.domain, OLD.state, OLD.disposition);
-        END IF;
+    IF OLD.disposed_at IS NOT NULL AND (OLD.domain, OLD.state, OLD.disposition)
+                                       IS DISTINCT FROM (NEW.domain, NEW.state, NEW.disposition) THEN
+        -- A raw edit of a disposed unit's domain (dispositions are final).
+        UPDATE wl_unit_tallies AS t
+        SET first_disposed_at = w.first_disposed_at, last_disposed_at = w.last_disposed_at
+        FROM (SELECT min(u.disposed_at) AS first_disposed_at, max(u.disposed_at) AS last_disposed_at
+              FROM work_units AS u
+              WHERE (u.domain, u.state, u.disposition) = (OLD.domain, OLD.state, OLD.disposition)) AS w
+        WHERE (t.domain, t.state, t.disposition) = (OLD.domain, OLD.state, OLD.disposition);
     END IF;
     -- Earlier attempts: an attempt's outcome is final once a later one exists
     -- (attempt_outcome_final), so the attempts table as it is now says what both the old
@@ -289,17 +200,76 @@ BEGIN
             SELECT * INTO new_superseded, new_released
             FROM wl_earlier_attempts(NEW.id, NEW.attempt_count);
         END IF;
-        PERFORM wl_tally_rework_add(OLD, -1, old_superseded, old_released);
-        PERFORM wl_tally_rework_add(NEW, 1, new_superseded, new_released);
+        IF (old_superseded, old_released, new_superseded, new_released) <> (0, 0, 0, 0) THEN
+            INSERT INTO wl_rework_tallies AS t
+            SELECT d.domain, wl_tally_stripe(16), sum(d.superseded), sum(d.released)
+            FROM (VALUES (OLD.domain, -old_superseded, -old_released),
+                         (NEW.domain, new_superseded, new_released))
+                 AS d (domain, superseded, released)
+            GROUP BY d.domain
+            ORDER BY d.domain
+            ON CONFLICT ON CONSTRAINT rework_tallies_key DO UPDATE
+            SET superseded_attempts = t.superseded_attempts + excluded.superseded_attempts,
+                released_attempts = t.released_attempts + excluded.released_attempts;
+        END IF;
+        INSERT INTO wl_rework_days AS t
+        SELECT d.domain, date_trunc('day', d.disposed, 'UTC'), wl_tally_stripe(4), sum(d.sign),
+               sum(d.sign * (d.attempts > 1)::integer), sum(d.sign * d.attempts),
+               sum(d.sign * d.superseded), sum(d.sign * d.released)
+        FROM (VALUES (OLD.domain, OLD.disposed_at, -1, OLD.attempt_count, old_superseded,
+                      old_released),
+                     (NEW.domain, NEW.disposed_at, 1, NEW.attempt_count, new_superseded,
+                      new_released))
+             AS d (domain, disposed, sign, attempts, superseded, released)
+        WHERE d.disposed IS NOT NULL AND d.attempts > 0
+        GROUP BY d.domain, date_trunc('day', d.disposed, 'UTC')
+        ORDER BY d.domain, date_trunc('day', d.disposed, 'UTC')
+        ON CONFLICT ON CONSTRAINT rework_days_key DO UPDATE
+        SET attempted_units = t.attempted_units + excluded.attempted_units,
+            reworked_units = t.reworked_units + excluded.reworked_units,
+            attempts = t.attempts + excluded.attempts,
+            superseded_attempts = t.superseded_attempts + excluded.superseded_attempts,
+            released_attempts = t.released_attempts + excluded.released_attempts;
     END IF;
+    -- Evidence links of disposed units, per disposition and domain and over all: a link
+    -- whose count comes to 0 is removed, and the distinct counts move by the links added
+    -- and removed (a row left holding its delta had none before: no row stays at 0).
     IF (OLD.disposition IS NOT NULL OR NEW.disposition IS NOT NULL)
        AND (OLD.domain, OLD.disposition, OLD.evidence_urls)
            IS DISTINCT FROM (NEW.domain, NEW.disposition, NEW.evidence_urls) THEN
+        WITH deltas AS (
+            SELECT s.disposition, scope.domain, link, sum(s.sign) AS delta
+            FROM (VALUES (OLD.disposition, OLD.domain, OLD.evidence_urls, -1),
+                         (NEW.disposition, NEW.domain, NEW.evidence_urls, 1))
+                 AS s (disposition, domain, links, sign)
+            CROSS JOIN LATERAL unnest(s.links) AS link
+            CROSS JOIN LATERAL (VALUES (s.domain), ('(all)')) AS scope (domain)
+            WHERE s.disposition IS NOT NULL
+            GROUP BY s.disposition, scope.domain, link
+            HAVING sum(s.sign) <> 0
+        ), kept AS (
+            INSERT INTO wl_disposed_links AS l
+            SELECT d.disposition, d.domain, d.link, d.delta FROM deltas AS d
+            ORDER BY d.disposition, d.domain, d.link
+            ON CONFLICT ON CONSTRAINT disposed_links_key DO UPDATE SET units = l.units + excluded.units
+            RETURNING l.disposition, l.domain, l.link, l.units
+        )
+        INSERT INTO wl_link_tallies AS t
+        SELECT k.disposition, k.domain, wl_tally_stripe(16),
+               count(*) FILTER (WHERE k.units = d.delta AND d.delta > 0)
+               - count(*) FILTER (WHERE k.units = 0)
+        FROM kept AS k JOIN deltas AS d USING (disposition, domain, link)
+        GROUP BY k.disposition, k.domain
+        HAVING count(*) FILTER (WHERE k.units = d.delta AND d.delta > 0)
+               <> count(*) FILTER (WHERE k.units = 0)
+        ORDER BY k.disposition, k.domain
+        ON CONFLICT ON CONSTRAINT link_tallies_key DO UPDATE SET links = t.links + excluded.links;
         IF OLD.disposition IS NOT NULL THEN
-            PERFORM wl_tally_links_add(OLD, -1);
-        END IF;
-        IF NEW.disposition IS NOT NULL THEN
-            PERFORM wl_tally_links_add(NEW, 1);
+            DELETE FROM wl_disposed_links AS l
+            USING unnest(OLD.evidence_urls) AS e (url),
+                  (VALUES (OLD.domain), ('(all)')) AS scope (domain)
+            WHERE l.units = 0
+              AND (l.disposition, l.domain, l.link) = (OLD.disposition, scope.domain, e.url);
         END IF;
     END IF;
     RETURN NULL;
