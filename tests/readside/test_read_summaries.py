@@ -1,7 +1,7 @@
 """The kept summaries (migration 0012) say what a full scan of the tables says: every
-summarised view equals its full-scan definition (migration 0004's, read from the file),
-after the service's writes, raw SQL edits and concurrent writers; the audit reports a
-tally that drifts, and the rebuild repairs it."""
+summarised view equals its full-scan definition (the last one before migration 0012, read
+from the migration files), after the service's writes, raw SQL edits and concurrent
+writers; the audit reports a tally that drifts, and the rebuild repairs it."""
 
 from __future__ import annotations
 
@@ -22,15 +22,18 @@ FIRST_LINKS = {"v_disposition_summary": "evidence_urls[1:20] AS evidence_urls"}
 
 
 def full_scan_views() -> dict[str, str]:
-    """Each summarised view's first definition (migration 0004): a scan of the tables."""
-    text = (resources.files("work_ledger.db") / "migrations" / "0004_create_views.sql").read_text()
-    found = {}
-    for name in SUMMARISED:
-        match = re.search(
-            rf"CREATE VIEW {name} WITH \(security_barrier\) AS\n(.*?);\nCOMMENT", text, re.S
-        )
-        assert match is not None, name
-        found[name] = match[1]
+    """Each summarised view's last definition before the tallies (migration 0012): a scan
+    of the tables, as the migrations before 0012 left it."""
+    folder = resources.files("work_ledger.db") / "migrations"
+    files = sorted(f.name for f in folder.iterdir() if f.name.endswith(".sql") and f.name < "0012")
+    found: dict[str, str] = {}
+    for file in files:
+        text = (folder / file).read_text(encoding="utf-8")
+        for name in SUMMARISED:
+            head = rf"CREATE (?:OR REPLACE )?VIEW {name} WITH \(security_barrier\) AS\n"
+            for match in re.finditer(head + r"(.*?);\nCOMMENT", text, re.S):
+                found[name] = match[1]
+    assert sorted(found) == sorted(SUMMARISED)
     return found
 
 

@@ -37,11 +37,11 @@ COMMENT ON VIEW v_stall_counts IS
 
 -- The reader role reads the new view too: grant-reader from now on, and every role
 -- already made by it, now (as migration 0007 did for v_question_wait).
-ALTER FUNCTION wl_grant_reader(text, text) RENAME TO wl_grant_reader_0008;
+ALTER FUNCTION wl_grant_reader(text, text) RENAME TO wl_grant_reader_0012;
 CREATE FUNCTION wl_grant_reader(role_name text, password_verifier text) RETURNS text[]
     LANGUAGE plpgsql AS $$
 BEGIN
-    RETURN wl_grant_reader_0008(role_name, password_verifier)
+    RETURN wl_grant_reader_0012(role_name, password_verifier)
            || wl_grant_views(role_name, ARRAY['v_stall_counts']);
 END $$;
 REVOKE EXECUTE ON FUNCTION wl_grant_reader(text, text) FROM PUBLIC;
