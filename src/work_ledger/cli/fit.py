@@ -72,12 +72,16 @@ def _stacked(section: Section, width: int) -> Group:
     parts: list[RenderableType] = [Text(section.title, style="italic")]
     for i, row in enumerate(section.rows):
         parts.append(Text(row[0], style="bold" if i in section.totals else "bold cyan"))
-        pairs = []
+        pairs, lists = [], []
         for column, cell in zip(section.columns[1:], row[1:], strict=True):
-            for n, line in enumerate(_lines(cell)):
-                if line:
-                    pairs.append(f"{column} {line}" if n == 0 else f"{column} (+) {line}")
-        for line in _pack(pairs, width):
+            lines = [line for line in _lines(cell) if line]
+            if len(lines) == 1:
+                pairs.append(f"{column} {lines[0]}")
+            elif lines:
+                # A cell of several lines (links) keeps its own lines, aligned under the first.
+                lists.append(f"  {column} {lines[0]}")
+                lists += [f"  {' ' * len(column)} {line}" for line in lines[1:]]
+        for line in _pack(pairs, width) + lists:
             parts.append(Text(line, overflow="fold"))
     return Group(*parts)
 

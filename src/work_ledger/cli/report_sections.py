@@ -51,9 +51,11 @@ def _more(left_out: int, what: str, flag: str) -> str | None:
 def _domains(
     rows: list[Row], worst: Callable[[Row], Any], top: int | None
 ) -> tuple[list[Row], int]:
-    """Domain rows worst first, at most `top` (None: all), then the total row; and how
-    many domain rows were left out."""
-    domains = sorted((r for r in rows if r["scope"] == "domain"), key=worst, reverse=True)
+    """Domain rows worst first (the largest `worst`; ties by name), at most `top` (None:
+    all), then the total row; and how many domain rows were left out."""
+    domains = sorted(
+        (r for r in rows if r["scope"] == "domain"), key=lambda r: (-worst(r), r["domain"])
+    )
     totals = [r for r in rows if r["scope"] == "total"]
     shown = domains if top is None else domains[:top]
     return shown + totals, len(domains) - len(shown)
@@ -68,7 +70,7 @@ def _totals(rows: list[Row]) -> frozenset[int]:
 
 
 def queue(report: Report, top: int | None) -> Section:
-    rows, left = _domains(report.queue_depth, lambda r: (r["open"], r["domain"]), top)
+    rows, left = _domains(report.queue_depth, lambda r: r["open"], top)
     columns = (*STATE_COLUMNS, "open", "units")
     return Section(
         "v_queue_depth — units by state (most open first)",
@@ -108,7 +110,7 @@ def stalls(report: Report) -> Section:
 
 
 def costs(report: Report, top: int | None) -> Section:
-    rows, left = _domains(report.costs, lambda r: (r["cost_cents"], r["domain"]), top)
+    rows, left = _domains(report.costs, lambda r: r["cost_cents"], top)
     numbers = ("units", "attempts", "cost", "per unit", "merged", "per merged", "all per merged")
     return Section(
         "v_cost_per_unit — spend (costliest domains first)",
@@ -152,7 +154,7 @@ def costliest(report: Report) -> Section:
 
 
 def rework(report: Report, top: int | None) -> Section:
-    rows, left = _domains(report.rework, lambda r: (r["rework_rate"] or 0, r["domain"]), top)
+    rows, left = _domains(report.rework, lambda r: r["rework_rate"] or 0, top)
     numbers = ("attempted", "reworked", "rate", "extra attempts", "lapsed", "released")
     return Section(
         "v_rework — units that needed more than one attempt (highest rate first)",
