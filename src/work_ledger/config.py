@@ -35,6 +35,7 @@ class Settings:
     read_database_url: str | None = None
     metrics_token: bool = False  # GET /metrics takes a token (any role) when set
     docs: bool = False  # serve /docs (Swagger UI, loaded from a CDN) when set
+    max_attempts: int = 5  # a unit's attempt limit when its registration names none
 
 
 def _flag(name: str) -> bool:
@@ -95,4 +96,12 @@ def load_settings() -> Settings:
         metrics_token=_flag("WL_METRICS_TOKEN"),
         docs=_flag("WL_DOCS"),
         statement_timeout=_positive_seconds("WL_STATEMENT_TIMEOUT", DEFAULT_STATEMENT_TIMEOUT),
+        max_attempts=_max_attempts(),
     )
+
+
+def _max_attempts() -> int:
+    value = _int("WL_MAX_ATTEMPTS", 5)
+    if not 1 <= value <= 100:
+        raise SystemExit(f"WL_MAX_ATTEMPTS must be between 1 and 100, not {value}")
+    return value

@@ -49,6 +49,7 @@ async def open_ledger(
             Store(pool),
             lease_seconds=settings.lease_seconds,
             evidence_prefixes=settings.evidence_allowed_prefixes,
+            max_attempts=settings.max_attempts,
         )
     finally:
         await pool.close()

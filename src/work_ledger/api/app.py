@@ -24,7 +24,16 @@ from work_ledger.api.direct import DirectRoutes
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.middleware import EdgeMiddleware
 from work_ledger.api.ratelimit import FailureLimiter
-from work_ledger.api.routes import attempts, events, health, projection, questions, units
+from work_ledger.api.routes import (
+    attempts,
+    budgets,
+    events,
+    health,
+    projection,
+    questions,
+    shape,
+    units,
+)
 from work_ledger.config import Settings
 from work_ledger.db.connect import resolve_database_url
 from work_ledger.readside.pool import read_pool
@@ -145,7 +154,7 @@ def create_app(
     app.state.bootstrap = bootstrap
     problems.install(app)
     # events before units, whose /units/{unit} would otherwise take /units/{unit}/events.
-    routers = (health, events, units, attempts, questions, projection)
+    routers = (health, events, units, shape, attempts, questions, projection, budgets)
     for module in routers:
         app.include_router(module.router)
     app.state.mcp = mcp_http.mount(app)  # MCP over Streamable HTTP at /mcp

@@ -17,6 +17,7 @@ T = TypeVar("T")
 
 class State(StrEnum):
     READY = "ready"
+    WAITING = "waiting"
     CLAIMED = "claimed"
     IN_PROGRESS = "in_progress"
     BLOCKED = "blocked"
@@ -38,6 +39,7 @@ class Outcome(StrEnum):
     FAILED = "failed"
     ABANDONED = "abandoned"
     SUPERSEDED = "superseded"
+    SPLIT = "split"
 
 
 class QuestionStatus(StrEnum):
@@ -46,12 +48,21 @@ class QuestionStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
-# DESIGN §4. claimed → claimed and in_progress → claimed are the stale reclaim.
+# DESIGN §4 and §12. claimed → claimed and in_progress → claimed are the stale reclaim;
+# → waiting is the attempt limit (and, from in_progress, a split).
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.READY: frozenset({State.CLAIMED, State.ABANDONED}),
-    State.CLAIMED: frozenset({State.IN_PROGRESS, State.READY, State.CLAIMED}),
+    State.WAITING: frozenset({State.READY, State.ABANDONED}),
+    State.CLAIMED: frozenset({State.IN_PROGRESS, State.READY, State.CLAIMED, State.WAITING}),
     State.IN_PROGRESS: frozenset(
-        {State.READY, State.CLAIMED, State.BLOCKED, State.VERIFIED, State.ABANDONED}
+        {
+            State.READY,
+            State.CLAIMED,
+            State.BLOCKED,
+            State.VERIFIED,
+            State.ABANDONED,
+            State.WAITING,
+        }
     ),
     State.BLOCKED: frozenset({State.IN_PROGRESS, State.ABANDONED}),
     State.VERIFIED: frozenset({State.DONE}),
@@ -62,6 +73,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
 # Which dispositions may close a unit from each state.
 DISPOSITIONS_FROM: dict[State, frozenset[Disposition]] = {
     State.READY: frozenset({Disposition.DROPPED, Disposition.DEFERRED, Disposition.DEAD}),
+    State.WAITING: frozenset({Disposition.DROPPED, Disposition.DEFERRED, Disposition.DEAD}),
     State.IN_PROGRESS: frozenset({Disposition.DROPPED, Disposition.DEAD}),
     State.BLOCKED: frozenset({Disposition.DEFERRED, Disposition.DEAD}),
     State.VERIFIED: frozenset({Disposition.MIGRATED}),
@@ -74,6 +86,12 @@ HELD = frozenset({State.CLAIMED, State.IN_PROGRESS, State.BLOCKED})
 # The next actions a caller may take from each state, as an agent reads them.
 NEXT_ACTIONS: dict[State, tuple[str, ...]] = {
     State.READY: ("claim", "dispose DROPPED|DEFERRED|DEAD (operator)"),
+    State.WAITING: (
+        "wait for its prerequisites (GET /units/{unit} waiting_on)",
+        "waive a prerequisite (operator)",
+        "unblock (answer the ledger's question)",
+        "dispose DROPPED|DEFERRED|DEAD (operator)",
+    ),
     State.CLAIMED: ("start", "heartbeat", "release", "cost"),
     State.IN_PROGRESS: ("heartbeat", "cost", "block", "verify", "release", "dispose DROPPED|DEAD"),
     State.BLOCKED: ("unblock (answer)", "cancel question", "dispose DEFERRED|DEAD", "cost"),
@@ -124,6 +142,11 @@ class Unit:
     attempt_count: int
     cost_cents: int
     evidence_urls: list[str]
+    parent_id: uuid.UUID | None
+    max_attempts: int
+    attempts_allowed: int
+    failed_attempts: int
+    unfinished_prerequisites: int
 
     @classmethod
     def from_record(cls, record: Any) -> Unit:
@@ -229,6 +252,8 @@ class NewUnit:
     fleet: str
     domain: str | None = None
     workflow_id: str | None = None
+    requires: tuple[str, ...] = ()
+    max_attempts: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

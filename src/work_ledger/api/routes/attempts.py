@@ -26,6 +26,7 @@ from work_ledger.api.schemas import (
     UnitOut,
 )
 from work_ledger.api.wire import answer_as, body_doc, json_body
+from work_ledger.domain.shape import CostRecord
 from work_ledger.service.ledger import Ledger
 from work_ledger.service.tokens import Role
 
@@ -70,8 +71,11 @@ async def heartbeat(
 async def record_cost(
     request: Request, attempt_id: uuid.UUID, svc: LedgerDep, caller: Agent
 ) -> Response:
-    """Add spent cents to an attempt (and its unit); recorded even after the attempt ended."""
+    """Record cost against an attempt: cents, and optionally the model and its tokens (each
+    record is kept; the attempt's and unit's cost_cents are their sums). Recorded even
+    after the attempt ended, and past a spent budget."""
     body = await json_body(request, CostIn)
-    unit, attempt = await svc.record_cost(attempt_id, body.cost_cents, caller.actor())
+    record = CostRecord(**body.model_dump())
+    unit, attempt = await svc.record_cost(attempt_id, record, caller.actor())
     unit_logged(request, unit.id)
     return answer_as(UNIT_ATTEMPT_JSON, UnitAttempt(unit, attempt))
