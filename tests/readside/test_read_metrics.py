@@ -36,7 +36,16 @@ def _gauge(samples: Samples, name: str, **labels: str) -> float:
 
 
 async def _assert_gauges_match_views(samples: Samples, raw: asyncpg.Connection) -> None:
-    states = ("ready", "claimed", "in_progress", "blocked", "verified", "done", "abandoned")
+    states = (
+        "ready",
+        "waiting",
+        "claimed",
+        "in_progress",
+        "blocked",
+        "verified",
+        "done",
+        "abandoned",
+    )
     rows = await raw.fetch("SELECT * FROM v_queue_depth WHERE scope = 'domain'")
     assert len(rows) == 3
     for row in rows:

@@ -14,6 +14,7 @@ import uuid
 import asyncpg
 import pytest
 
+from work_ledger.domain.model import Actor, NewUnit
 from work_ledger.errors import InvalidInput
 from work_ledger.readside.roles import (
     READ_VIEWS,
@@ -50,7 +51,11 @@ async def _read_write(reader: asyncpg.Connection) -> None:
 async def test_reader_reads_each_view_as_the_owner_does(
     seeded: Ledger, raw: asyncpg.Connection, reader: asyncpg.Connection
 ) -> None:
-    """Every view returns the same rows to the reader as to the ledger's owner."""
+    """Every view returns the same rows to the reader as to the ledger's owner (with a
+    budget and a unit waiting on b4 beside the seeded ledger, so that none is empty)."""
+    operator = Actor("operator", privileged=True)
+    await seeded.set_budget("fleet-a", 100_000, operator)
+    await seeded.register([NewUnit("w1", "fleet-a", "billing", requires=("b4",))], operator)
     for view in READ_VIEWS:
         query = f"SELECT * FROM {view}"
         expected = sorted((tuple(r) for r in await raw.fetch(query)), key=repr)

@@ -9,7 +9,16 @@ from typing import Any
 from work_ledger.db.queries import QUERIES
 from work_ledger.readside.reading import Conn, reading
 
-STATES = ("ready", "claimed", "in_progress", "blocked", "verified", "done", "abandoned")
+STATES = (
+    "ready",
+    "waiting",
+    "claimed",
+    "in_progress",
+    "blocked",
+    "verified",
+    "done",
+    "abandoned",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,8 @@ import asyncpg
 from work_ledger.db.queries import QUERIES
 from work_ledger.errors import Forbidden, InvalidInput, Unavailable
 
-# The views a reader role may SELECT; wl_grant_reader (migrations 0004, 0007, 0013) grants
-# the same.
+# The views a reader role may SELECT, in the order wl_grant_reader (migrations 0004, 0007,
+# 0011, 0013) grants them.
 READ_VIEWS = (
     "v_queue_depth",
     "v_stall_list",
@@ -24,6 +24,9 @@ READ_VIEWS = (
     "v_rework",
     "v_disposition_summary",
     "v_question_wait",
+    "v_waiting",
+    "v_budget",
+    "v_cost_by_model",
     "v_stall_counts",
 )
 SCRAM_ITERATIONS = 4096

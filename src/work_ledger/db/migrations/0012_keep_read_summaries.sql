@@ -412,15 +412,17 @@ SELECT CASE WHEN grouping(domain) = 1 THEN 'total' ELSE 'domain' END AS scope,
        coalesce(sum(units) FILTER (WHERE state = 'done'), 0)::bigint AS done,
        coalesce(sum(units) FILTER (WHERE state = 'abandoned'), 0)::bigint AS abandoned,
        coalesce(sum(units) FILTER (WHERE state NOT IN ('done', 'abandoned')), 0)::bigint AS open,
-       coalesce(sum(units), 0)::bigint AS units
+       coalesce(sum(units), 0)::bigint AS units,
+       coalesce(sum(units) FILTER (WHERE state = 'waiting'), 0)::bigint AS waiting
 FROM wl_unit_tallies
 GROUP BY GROUPING SETS ((domain), ())
 HAVING grouping(domain) = 1 OR sum(units) <> 0
 ORDER BY grouping(domain), domain;
 COMMENT ON VIEW v_queue_depth IS
     'How many units are in each state, per domain (scope domain) and over all domains '
-    '(scope total, always present). open = not yet done or abandoned. Read from '
-    'wl_unit_tallies, kept exact by trigger in the statement that changes a unit.';
+    '(scope total, always present). open = not yet done or abandoned; waiting = registered '
+    'but held by a prerequisite or by the ledger''s question at the attempt limit. Read '
+    'from wl_unit_tallies, kept exact by trigger in the statement that changes a unit.';
 
 CREATE OR REPLACE VIEW v_cost_per_unit WITH (security_barrier) AS
 SELECT 'unit'::text AS scope, u.domain, u.id AS unit_id, u.external_ref, u.state,
