@@ -21,11 +21,36 @@ STATES = (
 )
 
 
+# Why a waiting unit waits (v_waiting), as /metrics labels it.
+WAIT_REASONS = (
+    "unfinished_prerequisite",
+    "deferred_prerequisite",
+    "dead_prerequisite",
+    "attempt_limit",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Units of one domain waiting for one reason, and the oldest one's wait in seconds."""
+
+    units: int
+    oldest_seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetGauge:
+    cap_cents: int
+    spent_cents: int
+    remaining_cents: int
+
+
 @dataclass(frozen=True, slots=True)
 class GaugeSnapshot:
     """From one query: units by (domain, state), and by domain the stalled units, the
     attempts ever started (one per claim) and the attempts lost to a stale reclaim; by
-    assignee group the open questions and the oldest open one's age in seconds."""
+    assignee group the open questions and the oldest open one's age in seconds; waiting
+    units by (domain, reason); each budget by (fleet, domain: "(all)" for the fleet's)."""
 
     units: dict[tuple[str, str], int]
     stalled: dict[str, int]
@@ -33,6 +58,8 @@ class GaugeSnapshot:
     reclaims: dict[str, int]
     open_questions: dict[str, int]
     oldest_question_seconds: dict[str, int]
+    waiting: dict[tuple[str, str], Waiting]
+    budgets: dict[tuple[str, str], BudgetGauge]
 
     @property
     def domains(self) -> set[str]:
@@ -68,4 +95,14 @@ async def read_gauges(conn: Conn) -> GaugeSnapshot:
         _by_domain(row["reclaims"], domains),
         {str(w["group"]): int(w["open"]) for w in waits},
         {str(w["group"]): int(w["oldest"]) for w in waits},
+        {
+            (str(w["domain"]), str(w["reason"])): Waiting(int(w["units"]), int(w["oldest"]))
+            for w in _json(row["waiting"])
+        },
+        {
+            (str(b["fleet"]), str(b["domain"])): BudgetGauge(
+                int(b["cap"]), int(b["spent"]), int(b["remaining"])
+            )
+            for b in _json(row["budgets"])
+        },
     )

@@ -93,7 +93,9 @@ ORDER BY scope = 'total', oldest_open_seconds DESC, assignee_group_slug;
 -- name: read_metrics_snapshot
 -- Everything /metrics reads from the views, in one round trip: queue depth by domain and
 -- state, stalled units by domain, attempts (one per claim) and stale reclaims by domain,
--- open questions and the oldest one's age by assignee group.
+-- open questions and the oldest one's age by assignee group, waiting units by domain and
+-- reason (a DEAD or DEFERRED prerequisite, an unfinished one, the attempt limit) with the
+-- oldest one's wait, and each budget's cap, spend and what remains.
 SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
         FROM v_queue_depth AS q WHERE q.scope = 'domain') AS queue_depth,
        (SELECT coalesce(jsonb_object_agg(s.domain, s.stalled_units), '{}')
@@ -105,7 +107,22 @@ SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'group', w.assignee_group_slug, 'open', w.open_questions,
                    'oldest', w.oldest_open_seconds)), '[]')
-        FROM v_question_wait AS w WHERE w.scope = 'group') AS question_wait;
+        FROM v_question_wait AS w WHERE w.scope = 'group') AS question_wait,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'domain', w.domain, 'reason', w.reason, 'units', w.units,
+                   'oldest', w.oldest)), '[]')
+        FROM (SELECT v.domain,
+                     CASE WHEN v.reason = 'answer' THEN 'attempt_limit'
+                          WHEN v.prerequisite_disposition = 'DEAD' THEN 'dead_prerequisite'
+                          WHEN v.prerequisite_disposition = 'DEFERRED' THEN 'deferred_prerequisite'
+                          ELSE 'unfinished_prerequisite' END AS reason,
+                     count(DISTINCT v.unit_id) AS units,
+                     floor(extract(epoch FROM now() - min(v.waiting_since)))::bigint AS oldest
+              FROM v_waiting AS v GROUP BY 1, 2) AS w) AS waiting,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'fleet', b.fleet, 'domain', coalesce(b.domain, '(all)'), 'cap', b.cap_cents,
+                   'spent', b.spent_cents, 'remaining', b.remaining_cents)), '[]')
+        FROM v_budget AS b) AS budgets;
 
 -- name: read_grant_reader
 -- $1 role name, $2 SCRAM-SHA-256 password verifier: the views the role may now read.
