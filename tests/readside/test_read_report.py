@@ -210,3 +210,27 @@ async def test_report_json_gives_the_rows_for_scripts(seeded: Ledger, database_u
     assert report["stalled_units"] == 1
     migrated = next(r for r in report["dispositions"] if r["disposition"] == "MIGRATED")
     assert migrated["cost_per_unit_cents"] == 110
+
+
+async def test_report_lists_waiting_units_budgets_and_cost_by_model(
+    seeded: Ledger, database_url: str
+) -> None:
+    """A unit held by the DEAD s3 comes before one parked at its attempt limit; the budget
+    shows what is spent; cost is summed per model."""
+    from work_ledger.domain.model import Actor, NewUnit
+
+    operator = Actor("operator", privileged=True)
+    await seeded.set_budget("fleet-a", 1_000, operator)
+    await seeded.register([NewUnit("parked", "fleet-a", "orders", max_attempts=1)], operator)
+    await seeded.claim_named("parked", "agent-p", lease_seconds=60)
+    await seeded.release("parked", Actor("agent-p"))
+    await seeded.register([NewUnit("held", "fleet-a", "search", requires=("s3",))], operator)
+    result = await _invoke(database_url, "report")
+    assert result.exit_code == 0, result.output
+    waiting = result.output.split("v_waiting", 1)[1]
+    assert waiting.index("held") < waiting.index("parked")
+    assert _row(result.output, "v_waiting", "held")[2] == "s3 (DEAD)"
+    assert _row(result.output, "v_budget", "fleet-a / all domains")[1:4] == [
+        "$10.00", "$3.60", "$6.40"
+    ]  # fmt: skip
+    assert _row(result.output, "v_cost_by_model", "(no model)")[1] == "$3.60"

@@ -252,6 +252,71 @@ def question_wait(report: Report) -> Section:
     )
 
 
+def waiting(report: Report) -> Section:
+    rows = []
+    for r in report.waiting:
+        if r["reason"] == "answer":
+            held_by = "the ledger's question (attempt limit)"
+        else:
+            held_by = str(r["prerequisite_ref"])
+            held_by += f" ({r['prerequisite_disposition'] or r['prerequisite_state']})"
+        rows.append((r["external_ref"], r["domain"], held_by, when(r["waiting_since"])))
+    return Section(
+        "v_waiting — units held (by a DEAD or DEFERRED prerequisite first)",
+        ("unit", "domain", "held by", "waiting since"),
+        rows,
+        more=_more(report.waiting_rows - len(rows), "waiting", "--top 500"),
+        empty="no unit is waiting",
+        notes=["a DEAD or DEFERRED prerequisite never finishes: waive it or dispose the unit"]
+        if any(r["prerequisite_disposition"] in ("DEAD", "DEFERRED") for r in report.waiting)
+        else [],
+    )
+
+
+def budgets(report: Report) -> Section:
+    numbers = ("cap", "spent", "remaining", "used")
+    return Section(
+        "v_budget — budgets (most used first)",
+        ("fleet / domain", *numbers),
+        [
+            (
+                f"{r['fleet']} / {r['domain'] or 'all domains'}",
+                money(r["cap_cents"]),
+                money(r["spent_cents"]),
+                money(r["remaining_cents"]),
+                ("—" if r["percent_used"] is None else f"{r['percent_used']}%")
+                + (" exhausted" if r["exhausted"] else ""),
+            )
+            for r in report.budgets
+        ],
+        numeric=frozenset(numbers),
+        empty="no budget is set (`work-ledger budget set FLEET CAP_CENTS`)",
+    )
+
+
+def cost_by_model(report: Report) -> Section:
+    numbers = ("cost", "estimated", "input", "output", "cache read", "cache write")
+    return Section(
+        "v_cost_by_model — spend per model",
+        ("model", *numbers),
+        [
+            (
+                str(r["model"] or "(no model)"),
+                money(r["cost_cents"]),
+                money(r["estimated_cents"]),
+                count(r["input_tokens"]),
+                count(r["output_tokens"]),
+                count(r["cache_read_tokens"]),
+                count(r["cache_write_tokens"]),
+            )
+            for r in report.cost_by_model
+        ],
+        numeric=frozenset(numbers),
+        empty="no cost recorded",
+        notes=["tokens in, out, read from and written to the cache"],
+    )
+
+
 def sections(report: Report, top: int | None) -> list[Section]:
     """Every list of the report, in reading order; `top` domain rows each (None: all)."""
     return [
@@ -263,4 +328,7 @@ def sections(report: Report, top: int | None) -> list[Section]:
         reworked(report),
         dispositions(report),
         question_wait(report),
+        waiting(report),
+        budgets(report),
+        cost_by_model(report),
     ]

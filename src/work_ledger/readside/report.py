@@ -25,6 +25,10 @@ class Report:
     reworked: list[dict[str, Any]]
     dispositions: list[dict[str, Any]]
     question_wait: list[dict[str, Any]]
+    waiting_rows: int  # all of them; `waiting` holds the DEAD- or DEFERRED-held first, capped
+    waiting: list[dict[str, Any]]
+    budgets: list[dict[str, Any]]
+    cost_by_model: list[dict[str, Any]]
 
 
 async def read_report(
@@ -52,4 +56,8 @@ async def read_report(
             reworked=await rows("read_reworked_units", top),
             dispositions=await rows("read_disposition_summary"),
             question_wait=await rows("read_question_wait"),
+            waiting_rows=await conn.fetchval(QUERIES["read_waiting_count"], domain),
+            waiting=await rows("read_waiting", top),
+            budgets=await rows("read_budgets"),
+            cost_by_model=await rows("read_cost_by_model"),
         )

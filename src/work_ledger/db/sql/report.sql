@@ -90,6 +90,41 @@ WHERE CASE WHEN $1::text IS NULL THEN scope IN ('group', 'total')
            ELSE scope = 'domain' AND domain = $1 END
 ORDER BY scope = 'total', oldest_open_seconds DESC, assignee_group_slug;
 
+-- name: read_waiting
+-- $1 domain or null, $2 how many: the waiting units, those held by a DEAD or DEFERRED
+-- prerequisite first (they never finish: an operator waives or disposes), then the longest
+-- waiting. One row per reason a unit waits.
+SELECT unit_id, external_ref, domain, reason, prerequisite_ref, prerequisite_state,
+       prerequisite_disposition, question_id, waiting_since
+FROM v_waiting
+WHERE $1::text IS NULL OR domain = $1
+ORDER BY prerequisite_disposition IN ('DEAD', 'DEFERRED') IS NOT TRUE, waiting_since,
+         external_ref
+LIMIT $2;
+
+-- name: read_waiting_count
+-- $1 domain or null: how many rows v_waiting holds.
+SELECT count(*) FROM v_waiting WHERE $1::text IS NULL OR domain = $1;
+
+-- name: read_budgets
+-- $1 domain or null (then every budget; with a domain, its own and its fleets' budgets).
+SELECT fleet, domain, cap_cents, spent_cents, remaining_cents, exhausted, percent_used
+FROM v_budget
+WHERE $1::text IS NULL OR domain IS NULL OR domain = $1
+ORDER BY percent_used DESC NULLS LAST, fleet, domain NULLS FIRST;
+
+-- name: read_cost_by_model
+-- $1 domain or null: cost records summed per model (over every fleet and domain, or one).
+SELECT model, sum(cost_cents)::bigint AS cost_cents,
+       coalesce(sum(estimated_cents), 0)::bigint AS estimated_cents,
+       sum(input_tokens)::bigint AS input_tokens, sum(output_tokens)::bigint AS output_tokens,
+       sum(cache_read_tokens)::bigint AS cache_read_tokens,
+       sum(cache_write_tokens)::bigint AS cache_write_tokens, sum(records)::bigint AS records
+FROM v_cost_by_model
+WHERE $1::text IS NULL OR domain = $1
+GROUP BY model
+ORDER BY sum(cost_cents) DESC, model NULLS LAST;
+
 -- name: read_metrics_snapshot
 -- Everything /metrics reads from the views, in one round trip: queue depth by domain and
 -- state, stalled units by domain, attempts (one per claim) and stale reclaims by domain,
