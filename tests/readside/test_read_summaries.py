@@ -16,7 +16,13 @@ from work_ledger.domain.model import Actor, Disposition, NewUnit
 from work_ledger.service.ledger import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
-SUMMARISED = ("v_queue_depth", "v_cost_per_unit", "v_rework", "v_disposition_summary")
+SUMMARISED = (
+    "v_queue_depth",
+    "v_cost_per_unit",
+    "v_rework",
+    "v_disposition_summary",
+    "v_cost_by_model",
+)
 # v_disposition_summary lists the first 20 links; the full scan lists them all.
 FIRST_LINKS = {"v_disposition_summary": "evidence_urls[1:20] AS evidence_urls"}
 
@@ -159,3 +165,26 @@ async def test_a_fresh_registration_is_counted_in_its_statement(
     row = await raw.fetchrow("SELECT ready, units FROM v_queue_depth WHERE domain = 'new'")
     assert row is not None
     assert (row["ready"], row["units"]) == (2, 2)
+
+
+async def test_cost_by_model_follows_records_and_moved_units(
+    seeded: Ledger, raw: asyncpg.Connection
+) -> None:
+    """Records with a model and some tokens (others left null), estimated or not, then the
+    unit moved to another domain by raw SQL: v_cost_by_model equals its full scan."""
+    from work_ledger.domain.shape import CostRecord
+
+    await _install_full_scans(raw)
+    attempt = (await seeded.get_unit("o3")).attempts[-1].id
+    agent = Actor("agent-f")
+    await seeded.record_cost(attempt, CostRecord(40, "model-a", 1_000, 200), agent)
+    await seeded.record_cost(attempt, CostRecord(60, "model-a", estimated=True), agent)
+    await seeded.record_cost(attempt, CostRecord(0, "model-b", cache_read_tokens=5), agent)
+    await _assert_exact(raw)
+    await raw.execute("UPDATE work_units SET domain = 'archive' WHERE external_ref = 'o3'")
+    await _assert_exact(raw)
+    row = await raw.fetchrow(
+        "SELECT * FROM v_cost_by_model WHERE domain = 'archive' AND model = 'model-a'"
+    )
+    assert row is not None
+    assert (row["cost_cents"], row["estimated_cents"], row["units"]) == (100, 60, 1)
