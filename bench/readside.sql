@@ -1,10 +1,11 @@
 -- The read-side benchmark's fill: a year of a large estate, written straight into the
 -- ledger's tables by generate_series (bench/readside.py). The scale arrives in settings
 -- (`wl_bench.units`, `wl_bench.events_per_unit`), so each block runs as one script.
--- Every row obeys the ledger's invariants (states, dispositions, sums, one live attempt per
--- held unit), so `work-ledger audit` over it reports nothing; triggers are skipped while it
--- runs (session_replication_role = replica) and the kept summaries, if the schema has them,
--- are rebuilt afterwards from what was written.
+-- The rows keep the ledger's constraints (states, dispositions, sums, one live attempt per
+-- held unit) but not its event chains (the events are volume only: no view reads them).
+-- Triggers are skipped while it runs (session_replication_role = replica); a schema with
+-- kept summaries has them built from what was written by its migration, or by
+-- SELECT wl_rebuild_read_summaries().
 
 -- name: fill_units
 -- 70 % done, 10 % abandoned, 15 % ready, 4 % in progress, 1 % claimed, blocked or verified,
