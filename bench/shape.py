@@ -6,7 +6,9 @@
   onto 1,000 finished libraries, so every unit stays ready) against the same backlog
   without edges, in alternating windows;
 - finishing (dispose MIGRATED) one unit with 1,000 waiting dependents against one with none;
-- pull-next p50 with 1,000 budgets defined (one over the claimed fleet) against none.
+- pull-next p50 with 1,000 budgets defined (one over the claimed fleet) against none;
+- cost records from 64 agents into one budget scope: the spend kept in 16 shard rows (as
+  migration 0011 does) against one row (the trigger redefined for the window).
 
 Seeding writes the rows with triggers off (session_replication_role = replica, as a
 restore does) and sets the counters the triggers would have set; everything measured runs
@@ -61,6 +63,18 @@ SEED_BUDGETS = """
 INSERT INTO budgets (fleet, domain, cap_cents)
 SELECT 'other-' || i, NULL, 100 FROM generate_series(1, 998) AS i
 UNION ALL VALUES ('fleet-a', NULL, 1000000000), ('fleet-a', 'd1', 1000000000)
+"""
+
+
+# The spend trigger of migration 0011 with `shards` rows per scope (16 there).
+SPEND_SHARDS = """
+CREATE OR REPLACE FUNCTION wl_add_scope_spend() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO scope_spend AS s (fleet, domain, shard, cents)
+    VALUES (NEW.fleet, NEW.domain, pg_backend_pid() % {shards}, NEW.cost_cents - OLD.cost_cents)
+    ON CONFLICT (fleet, domain, shard) DO UPDATE SET cents = s.cents + EXCLUDED.cents;
+    RETURN NULL;
+END $$
 """
 
 
@@ -162,6 +176,47 @@ async def main(units: int, claims: int, rounds: int) -> None:
     )
     await flat_pool.close()
     await edged_pool.close()
+    await _hot_scope(admin, rounds)
+
+
+async def _hot_scope(admin: str, rounds: int, agents: int = 64, records: int = 40) -> None:
+    """Records per second from `agents` connections into one scope, 16 shards against 1."""
+    await ensure_database(admin, "money")
+    url = with_database(admin, "money")
+    await migrate_database(url)
+    pools = [await create_pool(url, min_size=1, max_size=1) for _ in range(agents)]
+    ledgers = [Ledger(Store(p), lease_seconds=3600) for p in pools]
+    await ledgers[0].register([NewUnit(f"m{i}", "fleet-m", "hot") for i in range(agents)], OPERATOR)
+    await ledgers[0].set_budget("fleet-m", 10**12, OPERATOR, domain="hot")
+    attempts = []
+    for n, ledger in enumerate(ledgers):
+        claim = await ledger.claim(f"m-agent-{n}")
+        assert claim.attempt is not None
+        attempts.append(claim.attempt.id)
+    conn = await asyncpg.connect(url)
+    rates: dict[int, list[float]] = {16: [], 1: []}
+
+    async def spend(ledger: Ledger, attempt: object, n: int) -> None:
+        for _ in range(records):
+            await ledger.record_cost(attempt, 1, Actor(f"m-agent-{n}"))  # type: ignore[arg-type]
+
+    try:
+        for r in range(rounds):
+            for shards in (16, 1) if r % 2 == 0 else (1, 16):
+                await conn.execute(SPEND_SHARDS.replace("{shards}", str(shards)))
+                start = time.perf_counter()
+                await asyncio.gather(*(spend(ledgers[n], attempts[n], n) for n in range(agents)))
+                rates[shards].append(agents * records / (time.perf_counter() - start))
+    finally:
+        await conn.execute(SPEND_SHARDS.replace("{shards}", "16"))
+        await conn.close()
+        for pool in pools:
+            await pool.close()
+    sharded, single = statistics.median(rates[16]), statistics.median(rates[1])
+    print(
+        f"cost records from {agents} agents into one scope: {sharded:.0f}/s with 16 spend "
+        f"rows, {single:.0f}/s with one, ratio {sharded / single:.3f}"
+    )
 
 
 if __name__ == "__main__":

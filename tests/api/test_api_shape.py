@@ -231,3 +231,21 @@ async def test_split_refusals_write_nothing(api: Api, operator: httpx.AsyncClien
     assert_problem(fenced, 409, "attempt_superseded")
     assert (await agent.get("/units/big")).json()["state"] == "in_progress"
     assert (await agent.get("/units/big/1")).status_code == 404
+
+
+async def test_split_children_requires_are_checked(api: Api, operator: httpx.AsyncClient) -> None:
+    """A child requiring an unknown unit is 422 unknown_prerequisite, one requiring its
+    parent 422 prerequisite_cycle; either way nothing is written and the unit stays."""
+    agent = await api.as_role(Role.AGENT, "agent-1")
+    await register(operator, "whole")
+    await claimed(agent, start=True)
+    unknown = await agent.post(
+        "/units/whole/split", json={"units": [{"external_ref": "w/1", "requires": ["ghost"]}]}
+    )
+    assert_problem(unknown, 422, "unknown_prerequisite")
+    cycle = await agent.post(
+        "/units/whole/split", json={"units": [{"external_ref": "w/1", "requires": ["whole"]}]}
+    )
+    assert_problem(cycle, 422, "prerequisite_cycle")
+    assert (await agent.get("/units/w/1")).status_code == 404
+    assert (await agent.get("/units/whole")).json()["state"] == "in_progress"

@@ -98,3 +98,20 @@ async def test_raw_sql_spend_follows_the_units(ledger: Ledger, raw: asyncpg.Conn
     assert [tuple(r) for r in rows] == [("f", "x", 40, 40, True)]
     with pytest.raises(asyncpg.CheckViolationError):
         await raw.execute("UPDATE budgets SET cap_cents = -5")
+
+
+async def test_spent_budget_stops_stale_reclaims(ledger: Ledger, raw: asyncpg.Connection) -> None:
+    """A lapsed lease in a spent scope is not reclaimed; raising the cap lets it be."""
+    await ledger.register([NewUnit("a", "f", "x")], OPERATOR)
+    claim = await ledger.claim("agent-1")
+    assert claim.attempt is not None
+    await ledger.record_cost(claim.attempt.id, 50, Actor("agent-1"))
+    await ledger.set_budget("f", 50, OPERATOR)
+    await raw.execute("UPDATE work_units SET lease_expires_at = now() - interval '1 second'")
+    assert (await ledger.claim("agent-2")).unit is None
+    with pytest.raises(BudgetExhausted):
+        await ledger.claim_named("a", "agent-2")
+    await ledger.set_budget("f", 51, OPERATOR)
+    reclaimed = await ledger.claim("agent-2")
+    assert reclaimed.unit is not None
+    assert reclaimed.unit.claimed_by == "agent-2"

@@ -200,3 +200,34 @@ async def raw_count_open(ledger: Ledger) -> int:
     assert row is not None
     count: int = row["n"]
     return count
+
+
+async def test_two_transactions_cannot_close_a_cycle_together(
+    ledger: Ledger, raw: asyncpg.Connection, database_url: str
+) -> None:
+    """Each of two open transactions adds half of a cycle: the second is refused once the
+    first commits (the check takes turns and reads what committed before it)."""
+    await ledger.register([NewUnit("a", "f"), NewUnit("b", "f")], OPERATOR)
+    for ref in ("a", "b"):
+        await ledger.dispose(ref, Disposition.DROPPED, OPERATOR)
+    a, b = await _id(raw, "a"), await _id(raw, "b")
+    other = await asyncpg.connect(database_url)
+    try:
+        first = raw.transaction()
+        await first.start()
+        await raw.execute(
+            "INSERT INTO unit_requirements (unit_id, prerequisite_id) VALUES ($1, $2)", a, b
+        )
+        second = asyncio.create_task(
+            other.execute(
+                "INSERT INTO unit_requirements (unit_id, prerequisite_id) VALUES ($1, $2)", b, a
+            )
+        )
+        await asyncio.sleep(0.3)
+        assert not second.done()  # it waits for the first transaction's turn
+        await first.commit()
+        with pytest.raises(asyncpg.CheckViolationError) as refused:
+            await second
+        assert refused.value.constraint_name == "prerequisite_cycle"
+    finally:
+        await other.close()

@@ -69,9 +69,9 @@ def test_dispositions_follow_the_map() -> None:
     ("disposition", "states"),
     [
         (Disposition.MIGRATED, [State.VERIFIED]),
-        (Disposition.DROPPED, [State.READY, State.IN_PROGRESS]),
-        (Disposition.DEFERRED, [State.READY, State.BLOCKED]),
-        (Disposition.DEAD, [State.READY, State.IN_PROGRESS, State.BLOCKED]),
+        (Disposition.DROPPED, [State.READY, State.WAITING, State.IN_PROGRESS]),
+        (Disposition.DEFERRED, [State.READY, State.WAITING, State.BLOCKED]),
+        (Disposition.DEAD, [State.READY, State.WAITING, State.IN_PROGRESS, State.BLOCKED]),
     ],
 )
 def test_states_disposable_as_reads_the_design_table(
@@ -120,6 +120,11 @@ def test_unit_from_record_turns_text_into_enums() -> None:
         1,  # attempt_count
         250,  # cost_cents
         ["https://ci.example/run/1"],  # evidence_urls
+        None,  # parent_id
+        5,  # max_attempts
+        5,  # attempts_allowed
+        0,  # failed_attempts
+        0,  # unfinished_prerequisites
     )
     unit = Unit.from_record(record)
     assert (unit.external_ref, unit.cost_cents) == ("orders/refunds", 250)

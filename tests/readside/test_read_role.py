@@ -24,6 +24,8 @@ from work_ledger.readside.roles import (
 )
 from work_ledger.service.ledger import Ledger
 
+OPERATOR = Actor("operator", privileged=True)
+
 # A view that is not updatable is refused before its privileges are even checked.
 REFUSED = (asyncpg.InsufficientPrivilegeError, asyncpg.ObjectNotInPrerequisiteStateError)
 WRITES = (
@@ -51,11 +53,12 @@ async def _read_write(reader: asyncpg.Connection) -> None:
 async def test_reader_reads_each_view_as_the_owner_does(
     seeded: Ledger, raw: asyncpg.Connection, reader: asyncpg.Connection
 ) -> None:
-    """Every view returns the same rows to the reader as to the ledger's owner (with a
-    budget and a unit waiting on b4 beside the seeded ledger, so that none is empty)."""
-    operator = Actor("operator", privileged=True)
-    await seeded.set_budget("fleet-a", 100_000, operator)
-    await seeded.register([NewUnit("w1", "fleet-a", "billing", requires=("b4",))], operator)
+    """Every view returns the same rows to the reader as to the ledger's owner."""
+    # DESIGN §12's views need a budget and a waiting unit, which the shared seed lacks.
+    await seeded.set_budget("fleet-a", 1000, OPERATOR)
+    await seeded.register(
+        [NewUnit("z-lib", "fleet-z"), NewUnit("z-svc", "fleet-z", requires=("z-lib",))], OPERATOR
+    )
     for view in READ_VIEWS:
         query = f"SELECT * FROM {view}"
         expected = sorted((tuple(r) for r in await raw.fetch(query)), key=repr)

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import asyncpg
+from asyncpg import Pool
 
 from work_ledger.config import Settings
 from work_ledger.db.connect import SERVER_SETTINGS, connect, create_pool, resolve_database_url
-from work_ledger.db.pool import Pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import translated_errors
 from work_ledger.errors import InvalidInput

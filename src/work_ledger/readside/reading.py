@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import asyncpg
+from asyncpg import Pool
 
-from work_ledger.db.pool import Pool
 from work_ledger.db.store import translated_errors
 from work_ledger.errors import Forbidden, Unavailable
 

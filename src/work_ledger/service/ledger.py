@@ -64,6 +64,15 @@ class Ledger(ShapeWrites, BudgetWrites):
         self.evidence_prefixes = tuple(evidence_prefixes)
         self.max_attempts = max_attempts
 
+    def on(self, store: Store) -> Ledger:
+        """The same use cases, their statements run by `store` (in a caller's transaction)."""
+        return Ledger(
+            store,
+            lease_seconds=self.lease_seconds,
+            evidence_prefixes=self.evidence_prefixes,
+            max_attempts=self.max_attempts,
+        )
+
     # -- claim ---------------------------------------------------------------------------
 
     async def claim(

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Response
 
 from work_ledger.api import problems
-from work_ledger.api.deps import Caller, IdempotentRoute, ledger, require
+from work_ledger.api.auth import Caller, require
+from work_ledger.api.request_state import ledger
 from work_ledger.api.schemas import BudgetIn, BudgetOut, BudgetPage
-from work_ledger.api.wire import answer, body_doc, json_body
+from work_ledger.api.wire import answer, body_doc
+from work_ledger.api.writes import Write, write_of
+from work_ledger.service.budgets import Budget
+from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import Ledger
 from work_ledger.service.tokens import Role
 
-router = APIRouter(tags=["budgets"], route_class=IdempotentRoute)
+router = APIRouter(tags=["budgets"])
 LedgerDep = Annotated[Ledger, Depends(ledger)]
 # Agents spend; they do not read the fleet's books.
 NotAgent = Annotated[Caller, Depends(require(*(r for r in Role if r is not Role.AGENT)))]
@@ -25,15 +29,21 @@ NotAgent = Annotated[Caller, Depends(require(*(r for r in Role if r is not Role.
     response_model=BudgetOut,
     openapi_extra=body_doc(BudgetIn),
 )
-async def set_budget(
-    request: Request, svc: LedgerDep, caller: Annotated[Caller, Depends(require())]
-) -> Response:
+async def set_budget(w: Annotated[Write[BudgetIn], Depends(write_of(BudgetIn))]) -> Response:
     """Create or update the budget of a fleet (no domain) or of one domain of it
     (operator). Once the scope's units have spent `cap_cents`, nothing in it is claimed
     anew; held work goes on. Raising the cap makes the scope claimable again."""
-    body = await json_body(request, BudgetIn)
-    budget = await svc.set_budget(body.fleet, body.cap_cents, caller.actor(), domain=body.domain)
-    return answer(BudgetOut.model_validate(budget))
+
+    def budget_out(budget: Budget) -> Response:
+        return answer(BudgetOut.model_validate(budget))
+
+    return await w.run(
+        Keying.ATOMIC,
+        lambda svc: svc.set_budget(
+            w.body.fleet, w.body.cap_cents, w.caller.actor(), domain=w.body.domain
+        ),
+        budget_out,
+    )
 
 
 @router.get("/budgets", responses=problems.READ_RESPONSES)

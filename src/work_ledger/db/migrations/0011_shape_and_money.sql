@@ -596,7 +596,10 @@ SELECT b.fleet, b.domain, b.cap_cents, s.spent AS spent_cents,
             ELSE round(100.0 * s.spent / b.cap_cents, 1) END AS percent_used,
        b.updated_at
 FROM budgets AS b
-CROSS JOIN LATERAL (SELECT wl_scope_spent(b.fleet, b.domain) AS spent) AS s
+-- The sum written out, not wl_scope_spent(): a function reads with the reader's own
+-- privileges, a view's query with its owner's, and the reader sees views only.
+CROSS JOIN LATERAL (SELECT coalesce(sum(p.cents), 0)::bigint AS spent FROM scope_spend AS p
+                    WHERE p.fleet = b.fleet AND (b.domain IS NULL OR p.domain = b.domain)) AS s
 ORDER BY b.fleet, b.domain NULLS FIRST;
 COMMENT ON VIEW v_budget IS
     'Each budget (a fleet, or a fleet and domain: domain null): its cap, what the scope''s '

@@ -40,7 +40,8 @@ WITH live AS (
     LEFT JOIN known AS k ON k.external_ref = w.key OR k.id = w.key_id
     LEFT JOIN input AS b ON b.external_ref = w.key
 ), unknown AS (
-    SELECT DISTINCT key FROM resolved WHERE unknown
+    -- Only once the guard passed: a refused split says why it was refused instead.
+    SELECT DISTINCT key FROM resolved WHERE unknown AND EXISTS (SELECT 1 FROM live)
 ), counted AS (
     SELECT dependent, count(DISTINCT coalesce(known_id::text, key)) FILTER (WHERE unfinished) AS n
     FROM resolved GROUP BY dependent
