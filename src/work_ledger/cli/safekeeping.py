@@ -12,7 +12,7 @@ import typer
 from work_ledger.cli.typer_app import app, console, run_async
 from work_ledger.config import load_settings
 from work_ledger.db.connect import resolve_database_url
-from work_ledger.readside.roles import connect_reader
+from work_ledger.readside.pool import connect_reader
 from work_ledger.runtime import migrate_database
 from work_ledger.safekeeping.backup import backup as dump
 from work_ledger.safekeeping.backup import refuse_live_ledger
