@@ -1,0 +1,28 @@
+"""The HA suite: Patroni failover (opt-in, slow) and point-in-time recovery."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from support.served import Served, StartServer, ledger_env
+
+
+@pytest.fixture
+async def start_server(tmp_path: Path) -> AsyncIterator[StartServer]:
+    """Start `work-ledger serve` subprocesses on a given database URL; stopped afterwards."""
+    started: list[Served] = []
+
+    async def start(url: str, **env: str) -> Served:
+        home = tmp_path / f"home-{len(started)}"
+        home.mkdir()
+        server = Served(ledger_env(url, home, **env), home)
+        started.append(server)
+        await server.start()
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
