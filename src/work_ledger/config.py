@@ -35,6 +35,8 @@ class Settings:
     read_database_url: str | None = None
     metrics_token: bool = False  # GET /metrics takes a token (any role) when set
     docs: bool = False  # serve /docs (Swagger UI, loaded from a CDN) when set
+    # The embedded server's WAL, streamed here (another disk) before a commit is acknowledged.
+    wal_mirror: Path | None = None
 
 
 def _flag(name: str) -> bool:
@@ -94,5 +96,8 @@ def load_settings() -> Settings:
         read_database_url=os.environ.get("WL_READ_DATABASE_URL") or None,
         metrics_token=_flag("WL_METRICS_TOKEN"),
         docs=_flag("WL_DOCS"),
+        wal_mirror=Path(os.environ["WL_WAL_MIRROR"]).expanduser()
+        if os.environ.get("WL_WAL_MIRROR")
+        else None,
         statement_timeout=_positive_seconds("WL_STATEMENT_TIMEOUT", DEFAULT_STATEMENT_TIMEOUT),
     )

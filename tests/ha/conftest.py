@@ -12,12 +12,13 @@ from support.served import Served, StartServer, ledger_env
 
 @pytest.fixture
 async def start_server(tmp_path: Path) -> AsyncIterator[StartServer]:
-    """Start `work-ledger serve` subprocesses on a given database URL; stopped afterwards."""
+    """Start `work-ledger serve` subprocesses on a given database URL ("": the embedded
+    default, in WL_HOME `home`, by default a new folder); stopped afterwards."""
     started: list[Served] = []
 
-    async def start(url: str, **env: str) -> Served:
-        home = tmp_path / f"home-{len(started)}"
-        home.mkdir()
+    async def start(url: str, home: Path | None = None, **env: str) -> Served:
+        home = home or tmp_path / f"home-{len(started)}"
+        home.mkdir(exist_ok=True)
         server = Served(ledger_env(url, home, **env), home)
         started.append(server)
         await server.start()

@@ -41,7 +41,7 @@ async def resolve_database_url(settings: Settings) -> str:
     """WL_DATABASE_URL if set; otherwise the embedded server's ledger database."""
     if settings.database_url:
         return settings.database_url
-    admin_url = embedded_server_url(settings.home)
+    admin_url = embedded_server_url(settings.home, wal_mirror=settings.wal_mirror)
     await ensure_database(admin_url, DATABASE_NAME)
     return with_database(admin_url, DATABASE_NAME)
 
