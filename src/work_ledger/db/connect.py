@@ -30,8 +30,10 @@ async def ensure_database(admin_url: str, database: str, template: str | None = 
         if not exists:
             quoted = '"' + database.replace('"', '""') + '"'
             clause = "" if template is None else ' TEMPLATE "' + template.replace('"', '""') + '"'
-            # Another process may create it between our look and our create.
-            with contextlib.suppress(asyncpg.DuplicateDatabaseError):
+            # Another process may create it between our look and our create (its commit not
+            # yet visible, e.g. while it waits for a synchronous standby: then the catalog's
+            # unique index refuses ours).
+            with contextlib.suppress(asyncpg.DuplicateDatabaseError, asyncpg.UniqueViolationError):
                 await conn.execute(f"CREATE DATABASE {quoted}{clause}")
     finally:
         await conn.close()
