@@ -107,3 +107,15 @@ async def test_leader_cut_from_etcd_loses_nothing(
         cluster.heal(leader)
     _held_to_the_goals(outcome, TIMING.ttl + 10)
     assert cluster.leader() not in (None, leader)
+
+
+async def test_leader_killed_behind_haproxy_loses_nothing(
+    cluster: Cluster, start_server: StartServer
+) -> None:
+    """The same kill with the ledger on HAProxy (deploy/haproxy/haproxy.cfg), which sends it
+    to whichever member answers Patroni's GET /primary with 200."""
+    url = cluster.start_haproxy(DATABASE)
+    outcome = await run_fault(
+        cluster, DATABASE, start_server, cluster.kill_leader, "kill behind HAProxy", url=url
+    )
+    _held_to_the_goals(outcome, TIMING.ttl + 10)

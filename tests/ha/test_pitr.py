@@ -41,6 +41,7 @@ async def test_restore_to_a_moment_keeps_what_was_acknowledged_before_it_and_not
         embedded_env(restored), "restore", str(base), "--wal", str(mirror), "--to", wall.isoformat()
     )
     assert code == 0, out
+    print(f"\n{out.strip()}")
     again = await start_server("", home=restored)
     conn = await connect(embedded_url(restored))
     try:

@@ -49,6 +49,7 @@ async def test_the_data_folder_lost_under_load_loses_nothing_acknowledged(
     restored = tmp_path / "restored"
     code, out = await cli(embedded_env(restored), "restore", str(base), "--wal", str(mirror))
     assert code == 0, out
+    print(f"\n{out.strip()}")
     again = await start_server("", home=restored)
     conn = await connect(embedded_url(restored))
     try:

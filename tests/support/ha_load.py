@@ -78,13 +78,16 @@ def _measure(ops: list[Op], fault_at: float) -> tuple[float | None, float, float
     return first_failure, first_2xx, max(failures, default=None)
 
 
-async def _until_recovered(ops: list[Op], fault_at: float) -> None:
+async def _until_recovered(cluster: Cluster, ops: list[Op], fault_at: float) -> None:
     """Wait until a write started after the first failure (or after the fault) is acked."""
     deadline = fault_at + RECOVERY_BOUND_SECONDS
     while time.monotonic() < deadline:
         if _measure(ops, fault_at)[1] != float("inf"):
             return
         await asyncio.sleep(0.2)
+    raise AssertionError(
+        f"no write acknowledged since the fault: {cluster.roles()}\n{cluster.logs()}"
+    )
 
 
 async def _setup(cluster: Cluster, database: str, url: str) -> tuple[list[str], str, str]:
@@ -108,8 +111,10 @@ async def run_fault(
     name: str,
     *,
     load_seconds: float = 4.0,
+    url: str | None = None,
 ) -> Outcome:
-    server = await start_server(cluster.url(database))
+    """`url`: how the ledger reaches the leader (default: every member, libpq-style)."""
+    server = await start_server(url or cluster.url(database))
     tokens, triage, _ = await _setup(cluster, database, server.url)
     names = [f"ha-agent-{i}" for i in range(AGENTS)]
     chaos = Chaos(client_timeout=0.0, die=0.0, refused=0.1, duplicate=0.1, block=0.1)
@@ -118,7 +123,7 @@ async def run_fault(
     await asyncio.sleep(load_seconds)
     fault_at = time.monotonic()
     await asyncio.to_thread(fault)
-    await _until_recovered(workload.recorder.ops, fault_at)
+    await _until_recovered(cluster, workload.recorder.ops, fault_at)
     await asyncio.sleep(load_seconds)
     workload.stop.set()
     await load

@@ -33,6 +33,8 @@ TEMPLATE = ROOT / "deploy" / "patroni" / "patroni.yml"
 PATRONI_BIN = Path(os.environ.get("WL_PATRONI_BIN", "/opt/patroni/bin"))
 PG_BIN = Path(os.environ.get("WL_PATRONI_PG_BIN", "/usr/lib/postgresql/15/bin"))
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
+HAPROXY_CONFIG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
 OS_USER = "postgres"
 HOST = "127.0.0.1"
 MEMBERS = 3
@@ -41,7 +43,7 @@ START_SECONDS = 180.0
 
 def missing() -> str | None:
     """Why this machine cannot run the cluster (None: it can)."""
-    for path in (PATRONI_BIN / "patroni", PG_BIN / "postgres", Path(ETCD)):
+    for path in (PATRONI_BIN / "patroni", PG_BIN / "postgres", Path(ETCD), Path(HAPROXY)):
         if not path.exists():
             return f"{path} is missing (docs/high-availability.md: the HA suite's tools)"
     try:
@@ -113,6 +115,7 @@ class Cluster:
     password: str = field(default_factory=lambda: secrets.token_hex(16))
     etcds: list[Etcd] = field(default_factory=list)
     members: list[Member] = field(default_factory=list)
+    haproxy: subprocess.Popen[bytes] | None = None
 
     # -- the ledger's view ----------------------------------------------------------------
 
@@ -205,6 +208,19 @@ class Cluster:
         assert member.etcd.proc is not None
         member.etcd.proc.send_signal(signal.SIGCONT)
 
+    def start_haproxy(self, database: str) -> str:
+        """HAProxy with deploy/haproxy/haproxy.cfg in front of the members: the URL of the
+        one address that reaches the leader (stopped with the cluster)."""
+        port = free_port()
+        env = {**os.environ, "WL_HAPROXY_BIND": f"{HOST}:{port}"}
+        for i, member in enumerate(self.members):
+            env |= {f"PG{i}": f"{HOST}:{member.pg_port}", f"PG{i}_REST": str(member.rest_port)}
+        with open(self.base / "haproxy.log", "ab") as log:
+            self.haproxy = subprocess.Popen(
+                [HAPROXY, "-db", "-f", str(HAPROXY_CONFIG)], stdout=log, stderr=log, env=env
+            )
+        return f"postgresql://postgres:{self.password}@{HOST}:{port}/{database}"
+
     def restart(self, member: Member) -> None:
         """Start a killed member's Patroni again (it rejoins, through pg_rewind if need be)."""
         member.proc = _spawn_patroni(member)
@@ -235,6 +251,7 @@ class Cluster:
                     postmaster.wait(30)
         for etcd in self.etcds:
             _terminate(etcd.proc)
+        _terminate(self.haproxy)
         shutil.rmtree(self.base, ignore_errors=True)
 
     def logs(self, lines: int = 15) -> str:
