@@ -1,7 +1,7 @@
 """A/B two builds of `work-ledger serve` on one database, in alternating windows (not part
 of run.py).
 
-    uv run --group bench python bench/ab_serve.py A_BIN B_BIN [--c 16] [--rounds 6]
+    uv run --group bench python -m bench.ab_serve A_BIN B_BIN [--c 16] [--rounds 6]
         [--seconds 4] [--life]
 
 A_BIN and B_BIN are the `bin` folders of two virtual environments, each with its own build
@@ -23,19 +23,17 @@ import itertools
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import asyncpg
-import httpbench
-from claims import seed_ledger
-from harness import Operation, Server, measure, start_embedded
+
+from bench import httpbench
+from bench.claims import seed_ledger
+from bench.harness import Operation, Server, measure, start_embedded
 
 _WINDOWS = itertools.count()
 

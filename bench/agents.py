@@ -1,7 +1,7 @@
 """What an agent costs: the server's memory per idle MCP session, CPU per MCP tool call next
 to the same call over REST, and the slim client's size, start-up and `run` wrapper memory.
 
-    uv run --group bench python bench/agents.py [--slim DIR] [--sessions 64] [--calls 200]
+    uv run --group bench python -m bench.agents [--slim DIR] [--sessions 64] [--calls 200]
 
 Starts `work-ledger serve` (embedded PostgreSQL, a temporary WL_HOME) on a free port. `--slim`
 names a virtualenv holding only the slim client (`uv venv DIR && uv pip install

@@ -10,7 +10,7 @@ answers the same paths and bodies the benchmark sends to the real API:
     POST /units/{id}/dispose           → ledger_dispose
 
 The acting agent is the X-WL-Agent header when sent, else the bearer token itself (a
-token here is just a name). Run: uvicorn asgi_raw:app --app-dir bench (BENCH_DATABASE_URL,
+token here is just a name). Run: uvicorn bench.asgi_raw:app (BENCH_DATABASE_URL,
 BENCH_POOL_SIZE in the environment).
 """
 

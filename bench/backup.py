@@ -7,7 +7,7 @@ claim and release units (an attempt and two events per round) while
 `work-ledger restore` and times `work-ledger audit` there. Prints one table row per step:
 seconds, bytes, and the writes the agents had acknowledged meanwhile.
 
-    uv run python bench/backup.py --units 1000000 [--agents 4] [--out bench/results]
+    PYTHONPATH=tests uv run python -m bench.backup --units 1000000 [--agents 4] [--out DIR]
 """
 
 from __future__ import annotations
@@ -27,15 +27,13 @@ from typing import Any
 
 import httpx
 
+from support.served import Served
 from work_ledger.db.connect import DATABASE_NAME, connect, create_pool, with_database
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import Store
 from work_ledger.embedded.server import embedded_server_url
 from work_ledger.runtime import migrate_database
 from work_ledger.service.tokens import Role, TokenStore
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "faults"))
-from served import Served
 
 WORK_LEDGER = str(Path(sys.executable).with_name("work-ledger"))
 SECRET = "bench-backup-secret"

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-from harness import Operation
 
+from bench.harness import Operation
 from work_ledger.db.connect import connect, create_pool
 from work_ledger.db.queries import QUERIES, parse_named_sql
 from work_ledger.db.store import Store

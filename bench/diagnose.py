@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import asyncpg
-from claims import LEASE_SECONDS, RAW, seed_ledger
 
+from bench.claims import LEASE_SECONDS, RAW, seed_ledger
 from work_ledger.db.connect import connect
 from work_ledger.db.queries import QUERIES
 

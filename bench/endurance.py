@@ -22,10 +22,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
-import httpbench
-from claims import EVIDENCE, ledger_over_pool, seed_ledger
-from harness import Server, percentile
 
+from bench import httpbench
+from bench.claims import EVIDENCE, ledger_over_pool, seed_ledger
+from bench.harness import Server, percentile
 from work_ledger.domain.model import Actor, Disposition
 
 TABLES = ("work_units", "work_unit_attempts", "work_unit_events", "blocking_questions")

@@ -8,24 +8,20 @@ history checker found against the promoted server: with a synchronous standby no
 acknowledged may be missing; with an asynchronous one, a write acknowledged by the
 primary but not yet streamed is lost.
 
-    uv run python bench/failover.py [--rounds 3] [--seconds 3] [--lag 0.5]
+    PYTHONPATH=tests uv run python -m bench.failover [--rounds 3] [--seconds 3] [--lag 0.5]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "faults"))
-
-from failover import Failover, run_failover
-from pgcluster import build_pair, remove
-from served import Served, ledger_env
-
+from support.failover import Failover, run_failover
+from support.pgcluster import build_pair, remove
+from support.served import Served, ledger_env
 from work_ledger.db.connect import ensure_database
 from work_ledger.runtime import migrate_database
 

@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import psutil
-from claims import EVIDENCE, seed_ledger
-from harness import Operation, Server, measure
 
+from bench.claims import EVIDENCE, seed_ledger
+from bench.harness import Operation, Server, measure, median_of, process_tree_cpu
 from work_ledger.config import DEFAULT_POOL_SIZE
 from work_ledger.db.connect import create_pool, with_database
 from work_ledger.runtime import migrate_database
@@ -89,7 +89,6 @@ class MiniHttp:
 
 
 def process_cpu(app: AppProcess) -> float:
-    from harness import process_tree_cpu
 
     return process_tree_cpu(app.ps)
 
@@ -120,7 +119,7 @@ async def app_process(kind: str, url: str, home: Path) -> AsyncIterator[AppProce
     else:
         env.update(BENCH_DATABASE_URL=url, BENCH_POOL_SIZE=str(POOL_SIZE_BARE))
         cmd = [
-            sys.executable, "-m", "uvicorn", "asgi_raw:app", "--app-dir", str(HERE),
+            sys.executable, "-m", "uvicorn", "bench.asgi_raw:app", "--app-dir", str(HERE.parent),
             "--port", str(port), "--loop", "uvloop", "--http", "httptools",
             "--no-access-log", "--log-level", "warning",
         ]  # fmt: skip
@@ -333,7 +332,6 @@ async def _connections(server: Server, url: str) -> int:
 async def run(
     server: Server, args: Any, levels: list[int], tokens: list[str], home: Path
 ) -> dict[str, Any]:
-    from harness import median_of
 
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in CONFIGS}
     for rep in range(args.reps):

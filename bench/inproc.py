@@ -1,10 +1,10 @@
 """The request path's own CPU, in process: claim then start (the HTTP section's
 claim+start, each by a sub-agent of its own) through an ASGI app called directly (no
-sockets, no uvicorn): serve's app on its direct path or on FastAPI's, or the bare app
+sockets, no uvicorn): serve's app as `create_app` builds it, or the bare app
 (`asgi_raw.py`) that the HTTP section measures serve against (not part of run.py).
 
-    uv run --group bench python bench/inproc.py [seconds=5] [workers=16] \\
-        [direct|fastapi|bare] [profile]
+    uv run --group bench python -m bench.inproc [seconds=5] [workers=16] \\
+        [serve|bare] [profile]
 
 Starts its own embedded PostgreSQL, seeds 30,000 units, builds the real app with
 `create_app` (or the bare app over a pool of the same size) and drives it from `workers`
@@ -28,14 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import asgi_raw
 import asyncpg
-import httpbench
-from claims import seed_ledger
-from harness import Server, start_embedded
 
+from bench import asgi_raw, httpbench
+from bench.claims import seed_ledger
+from bench.harness import Server, start_embedded
 from work_ledger.api.app import create_app
 from work_ledger.api.middleware import configure_logging
 from work_ledger.config import Settings
@@ -158,8 +155,6 @@ async def main(seconds: float, workers: int, path: str, profile: bool) -> None:
         )
         configure_logging()  # serve's JSON access lines (on stdout, as serve writes them)
         app = create_app(settings)
-        if path == "fastapi":  # every request down FastAPI's routing and dependency solving
-            app.direct_routes = ()
         async with app.router.lifespan_context(app):
             await _drive(app, tokens, seconds, profile)
 
@@ -170,7 +165,7 @@ if __name__ == "__main__":
         main(
             float(argv[0]) if argv else 5.0,
             int(argv[1]) if len(argv) > 1 else 16,
-            argv[2] if len(argv) > 2 else "direct",
+            argv[2] if len(argv) > 2 else "serve",
             len(argv) > 3 and argv[3] == "profile",
         )
     )

@@ -1,6 +1,6 @@
 """Limits before work, measured against a running `work-ledger serve` (not part of run.py).
 
-    uv run --group bench python bench/limits.py [stalled=1000]
+    uv run --group bench python -m bench.limits [stalled=1000]
 
 Starts its own embedded PostgreSQL and serve, then:
 1. opens `stalled` connections that send nothing, half a header or half a body, and while
@@ -23,10 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import httpbench
-from harness import Server, start_embedded
+from bench import httpbench
+from bench.harness import Server, start_embedded
 
 STALLS = (
     b"",

@@ -1,6 +1,6 @@
 """Render the Markdown tables of one or more runs' JSON (later files add their sections).
 
-    python bench/render.py [--pool] bench/results/run-A.json [bench/results/run-B.json]
+    python -m bench.render [--pool] bench/results/run-A.json [bench/results/run-B.json]
 
 With several files, each section is taken from the last file that has it, and the goals
 and ratios are recomputed over the merged figures; the header names every source run.
@@ -16,11 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import goals
-import report
-from harness import median_of
+from bench import goals, report
+from bench.harness import median_of
 
 SECTIONS = ("claims", "diagnostics", "http", "longpoll", "soak", "scale")
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import diagnose
-import endurance
-import httpbench
-import scale
+from bench import diagnose, endurance, httpbench, scale
 
 
 def _n(x: Any, digits: int = 0) -> str:

@@ -1,8 +1,8 @@
 """work-ledger benchmark: the claim path beside its raw-SQL limits and a peer, in one run.
 
-    uv run --group bench python bench/run.py            # the full run (tens of minutes)
-    uv run --group bench python bench/run.py --quick    # smaller sizes, one pass in minutes
-    uv run --group bench python bench/run.py --smoke    # tiny: keeps the script alive
+    uv run --group bench python -m bench.run            # the full run (tens of minutes)
+    uv run --group bench python -m bench.run --quick    # smaller sizes, one pass in minutes
+    uv run --group bench python -m bench.run --smoke    # tiny: keeps the script alive
 
 Starts its own PostgreSQL (the embedded server in a temporary directory, or the server of
 WL_DATABASE_URL), gives every measured window a fresh database, and writes the raw JSON
@@ -26,19 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import asyncpg
-import claims
-import diagnose
-import endurance
-import goals
-import httpbench
 import psutil
-import report
-import scale
-from harness import Server, load_average, measure, median_of, start_embedded
 
+from bench import claims, diagnose, endurance, goals, httpbench, report, scale
+from bench.harness import Server, load_average, measure, median_of, start_embedded
 from work_ledger.db.connect import with_database
 from work_ledger.runtime import migrate_database
 
@@ -237,7 +229,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     await build_templates(server)
     result: dict[str, Any] = {
         "started_at": started.isoformat(timespec="seconds"),
-        "command": " ".join(["python", "bench/run.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "bench.run", *sys.argv[1:]]),
         "options": {
             k: v
             for k, v in vars(args).items()

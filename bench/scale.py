@@ -16,7 +16,8 @@ import uuid
 from typing import Any
 
 import asyncpg
-from claims import (
+
+from bench.claims import (
     EVIDENCE,
     LEASE_SECONDS,
     PROPOSED_CLAIM,
@@ -24,8 +25,7 @@ from claims import (
     connections,
     ledger_over_pool,
 )
-from harness import Operation, Server, measure, median_of, percentile
-
+from bench.harness import Operation, Server, measure, median_of, percentile
 from work_ledger.db.connect import connect, create_pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import Store

@@ -3,7 +3,7 @@ run.py; a throwaway server). Each kind has a connection (so a backend) of its ow
 kinds take turns in batches on one database, and the CPU their backends used (from
 /proc, so the server must run on this machine) is summed over the batches after the first.
 
-    uv run --group bench python bench/statement_cpu.py [--step claim|start|life] [--rounds 20]
+    uv run --group bench python -m bench.statement_cpu [--step claim|start|life] [--rounds 20]
         [--batch 100] [--workers 1]
 
 `--step claim`: the hand-written claim (bench/raw.sql `ledger_claim`), `claim_unit`, and
@@ -23,18 +23,14 @@ import argparse
 import asyncio
 import os
 import shutil
-import sys
 import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from claims import EVIDENCE, LEASE_SECONDS, RAW, seed_ledger
-from harness import Server, load_average, start_embedded
-
+from bench.claims import EVIDENCE, LEASE_SECONDS, RAW, seed_ledger
+from bench.harness import Server, load_average, start_embedded
 from work_ledger.db.connect import connect
 from work_ledger.db.queries import QUERIES
 

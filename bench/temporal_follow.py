@@ -1,8 +1,8 @@
 """The Temporal follower: lag from a run's close to its unit's state, and a pass's cost.
 
-    uv run python bench/temporal_follow.py                      # burst 1000; closed 1000, 100000
-    uv run python bench/temporal_follow.py --burst 200 --closed 1000,10000   # smaller
-    uv run python bench/temporal_follow.py --closed 1000,100000 --temporal-db /tmp/t.db
+    uv run python -m bench.temporal_follow                      # burst 1000; closed 1000, 100000
+    uv run python -m bench.temporal_follow --burst 200 --closed 1000,10000   # smaller
+    uv run python -m bench.temporal_follow --closed 1000,100000 --temporal-db /tmp/t.db
 
 Starts its own Temporal dev server (the `temporal` CLI of the dev dependencies, in
 memory unless `--temporal-db`, free ports), its own embedded PostgreSQL and
