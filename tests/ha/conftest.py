@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from support.ports import free_ha_port
 from support.served import Served, StartServer, ledger_env
 
 
@@ -19,7 +20,7 @@ async def start_server(tmp_path: Path) -> AsyncIterator[StartServer]:
     async def start(url: str, home: Path | None = None, **env: str) -> Served:
         home = home or tmp_path / f"home-{len(started)}"
         home.mkdir(exist_ok=True)
-        server = Served(ledger_env(url, home, **env), home)
+        server = Served(ledger_env(url, home, **env), home, port=free_ha_port())
         started.append(server)
         await server.start()
         return server
