@@ -3,7 +3,9 @@ default, with the WAL streamed synchronously to a second folder and without, in 
 
 Rounds alternate (off, on, off, on, ...), each on a new WL_HOME: AGENTS agents claim a
 unit and release it (two writes, each a commit) for --seconds; the figure is claims per
-second. The mirror's folder is on the same disk here, so the figure is the cost of the
+second. Then one connection commits COMMITS one-row inserts in turn: the median commit
+time shows the round trip a commit waits for, which concurrent claims share (group commit).
+The mirror's folder is on the same disk here, so the figures are the cost of the
 synchronous round trip to pg_receivewal and its fsync, not of a second disk.
 
     uv run python bench/walmirror.py [--rounds 3] [--seconds 10] [--agents 8]
@@ -26,7 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.embedded_load import embedded_env, embedded_url
 from support.ports import free_ha_port
 from support.served import Served, client, mint
+from work_ledger.db.connect import connect
 from work_ledger.service.tokens import Role
+
+COMMITS = 300
 
 
 async def _agent(url: str, token: str, stop: float) -> int:
@@ -43,7 +48,21 @@ async def _agent(url: str, token: str, stop: float) -> int:
     return claims
 
 
-async def one_round(mirror: bool, seconds: float, agents: int) -> float:
+async def _commit_ms(url: str) -> float:
+    conn = await connect(url)
+    try:
+        await conn.execute("CREATE TABLE bench_commit (x int)")  # logged: each commit waits
+        times = []
+        for _ in range(COMMITS):
+            started = time.perf_counter()
+            await conn.execute("INSERT INTO bench_commit VALUES (1)")
+            times.append(time.perf_counter() - started)
+        return statistics.median(times) * 1000
+    finally:
+        await conn.close()
+
+
+async def one_round(mirror: bool, seconds: float, agents: int) -> tuple[float, float]:
     base = Path(tempfile.mkdtemp(prefix="wl-bench-mirror-"))
     extra = {"WL_WAL_MIRROR": str(base / "mirror")} if mirror else {}
     home = base / "home"
@@ -61,25 +80,31 @@ async def one_round(mirror: bool, seconds: float, agents: int) -> float:
             assert (await op.post("/units", json={"units": units})).status_code == 200
         stop = time.monotonic() + seconds
         counts = await asyncio.gather(*(_agent(server.url, t, stop) for t in tokens))
-        return sum(counts) / seconds
+        return sum(counts) / seconds, await _commit_ms(embedded_url(home))
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
 
 
 async def main(args: Any) -> None:
-    figures: dict[bool, list[float]] = {False: [], True: []}
+    figures: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     for n in range(args.rounds):
         for mirror in (False, True):
-            rate = await one_round(mirror, args.seconds, args.agents)
-            figures[mirror].append(rate)
-            print(f"round {n + 1}, mirror {'on ' if mirror else 'off'}: {rate:.0f} claims/s")
-    off, on = statistics.median(figures[False]), statistics.median(figures[True])
-    ratios = [b / a for a, b in zip(figures[False], figures[True], strict=True)]
-    print(
-        f"median claims/s: off {off:.0f}, on {on:.0f}; median same-round ratio on/off "
-        f"{statistics.median(ratios):.2f}"
-    )
+            rate, commit = await one_round(mirror, args.seconds, args.agents)
+            figures[mirror].append((rate, commit))
+            print(
+                f"round {n + 1}, mirror {'on ' if mirror else 'off'}: {rate:.0f} claims/s, "
+                f"commit {commit:.2f} ms",
+                flush=True,
+            )
+    for i, name in enumerate(("claims/s", "commit ms")):
+        off = [f[i] for f in figures[False]]
+        on = [f[i] for f in figures[True]]
+        ratios = [b / a for a, b in zip(off, on, strict=True)]
+        print(
+            f"median {name}: off {statistics.median(off):.2f}, on {statistics.median(on):.2f}; "
+            f"median same-round ratio on/off {statistics.median(ratios):.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Patroni with etcd, three members, synchronous_mode: the ledger through a failover.
 
-Opt-in (about three minutes): `WL_HA_TESTS=1 uv run pytest -n 0 -m ha tests/ha`, as root,
+Opt-in (about five minutes): `WL_HA_TESTS=1 uv run pytest -n 0 -m ha tests/ha`, as root,
 with etcd, PostgreSQL 15 and a Patroni virtualenv installed (docs/high-availability.md).
 Each test starts its own cluster from deploy/patroni/patroni.yml, puts `work-ledger
 serve` in front of it on the members' multi-host URL, and injects one fault under the
