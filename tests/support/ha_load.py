@@ -90,6 +90,20 @@ async def _until_recovered(cluster: Cluster, ops: list[Op], fault_at: float) -> 
     )
 
 
+async def _leader_connection(cluster: Cluster, database: str) -> asyncpg.Connection:
+    """A connection to the leader, to read the history from; waited for, should the cluster
+    be between leaders, and what it showed meanwhile is printed."""
+    deadline = time.monotonic() + RECOVERY_BOUND_SECONDS
+    while True:
+        try:
+            return await connect(cluster.url(database))
+        except (OSError, asyncpg.PostgresError) as exc:
+            print(f"no leader to read the history from ({exc!r}): {cluster.roles()}")
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1.0)
+
+
 async def _setup(cluster: Cluster, database: str, url: str) -> tuple[list[str], str, str]:
     """Tokens for the agents, triage and an operator; the units registered."""
     names = [f"ha-agent-{i}" for i in range(AGENTS)]
@@ -130,7 +144,7 @@ async def run_fault(
 
     ops = workload.recorder.ops
     first_failure, first_2xx, last_failure = _measure(ops, fault_at)
-    conn: asyncpg.Connection = await connect(cluster.url(database))
+    conn = await _leader_connection(cluster, database)
     try:
         report = await check(conn, workload.recorder)
     finally:
