@@ -22,7 +22,7 @@ async def test_restore_to_a_moment_keeps_what_was_acknowledged_before_it_and_not
     server = await start_server("", WL_WAL_MIRROR=str(mirror))
     code, out = await cli(server.env, "backup", "--base", str(base))
     assert code == 0, out
-    async with load(server, server.home) as workload:
+    async with load(server, embedded_url(server.home)) as workload:
         await until(lambda: sum(op.acked for op in workload.recorder.ops) >= 150)
         moment, wall = time.monotonic(), dt.datetime.now(dt.UTC)
         await until(

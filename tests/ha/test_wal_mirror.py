@@ -38,7 +38,7 @@ async def test_the_data_folder_lost_under_load_loses_nothing_acknowledged(
     assert code == 0, out
     pgdata = server.home / "pgdata"
     postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
-    async with load(server, server.home) as workload:
+    async with load(server, embedded_url(server.home)) as workload:
         await until(lambda: sum(op.acked for op in workload.recorder.ops) >= 150)
         shutil.rmtree(pgdata)  # the disk's death, as the server sees it: its files gone
         deleted = time.monotonic()

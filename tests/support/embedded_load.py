@@ -41,11 +41,12 @@ def embedded_url(home: Path) -> str:
 
 
 @contextlib.asynccontextmanager
-async def load(server: Served, home: Path) -> AsyncIterator[Workload]:
-    """Units registered and the agents at work until the block ends."""
+async def load(server: Served, database_url: str) -> AsyncIterator[Workload]:
+    """Units registered and the agents at work until the block ends (`database_url`: the
+    ledger's database, where the tokens are minted)."""
     names = [f"rec-agent-{i}" for i in range(AGENTS)]
     operator, triage, *tokens = await mint(
-        embedded_url(home),
+        database_url,
         [(Role.OPERATOR, "op"), (Role.TRIAGE, "triage")] + [(Role.AGENT, n) for n in names],
     )
     async with client(server.url, operator, timeout=30) as op:
