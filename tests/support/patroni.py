@@ -330,6 +330,15 @@ class Cluster:
         return member
 
 
+def etcd_raft_leader(etcd: Etcd) -> bool:
+    """Is this etcd member the leader of etcd's own Raft group? (When that leader is cut,
+    the new one renews every lease, the Patroni leader's key included: see the cut test.)"""
+    request = urllib.request.Request(f"{etcd.client_url}/v3/maintenance/status", data=b"{}")
+    with urllib.request.urlopen(request, timeout=2) as response:
+        status = json.loads(response.read())
+    return bool(status["header"]["member_id"] == status["leader"])
+
+
 def _etcd_healthy(etcd: Etcd) -> bool:
     try:
         with urllib.request.urlopen(f"{etcd.client_url}/health", timeout=2) as response:
