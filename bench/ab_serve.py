@@ -2,16 +2,17 @@
 of run.py).
 
     uv run --group bench python -m bench.ab_serve A_BIN B_BIN [--c 16] [--rounds 6]
-        [--seconds 4] [--life]
+        [--seconds 4] [--life] [--b-env KEY=VALUE]
 
 A_BIN and B_BIN are the `bin` folders of two virtual environments, each with its own build
 of work-ledger (e.g. a second checkout at another commit, `uv sync --group bench` in it).
 Both servers run side by side on one embedded PostgreSQL and one seeded database; each round
 measures one window of claim+start (or, with --life, the five-request life) against each,
 A first in even rounds and B first in odd ones, so the machine's drift falls on both. It
-prints each window and the medians: items per second, serve's CPU per item and how busy
-serve was. The same comparison as `run.py`'s HTTP section, without its minutes between
-the two figures.
+prints each window and the medians: items per second, the claim's p99, serve's CPU
+per item and how busy serve was, and the medians of the same-round ratios B/A (the
+figure to quote on a busy machine). The same comparison as `run.py`'s HTTP section,
+without its minutes between the two figures.
 """
 
 from __future__ import annotations
@@ -39,9 +40,12 @@ _WINDOWS = itertools.count()
 
 
 @contextlib.asynccontextmanager
-async def serve(bin_dir: Path, url: str, home: Path) -> AsyncIterator[httpbench.AppProcess]:
+async def serve(
+    bin_dir: Path, url: str, home: Path, extra_env: dict[str, str]
+) -> AsyncIterator[httpbench.AppProcess]:
     port = httpbench.free_port()
     env = dict(os.environ, WL_DATABASE_URL=url, WL_HOME=str(home), WL_SECRET=httpbench.SECRET)
+    env.update(extra_env)
     log = (home / f"serve-{port}.log").open("ab")
     cmd = [str(bin_dir / "work-ledger"), "serve", "--port", str(port)]
     proc = await asyncio.create_subprocess_exec(*cmd, env=env, stdout=log, stderr=log)
@@ -100,7 +104,11 @@ async def main(args: argparse.Namespace) -> None:
             conn = await asyncpg.connect(url)
             await seed_ledger(conn, 200_000)
             await conn.close()
-            async with serve(builds["A"], url, home) as a, serve(builds["B"], url, home) as b:
+            b_env = dict(pair.split("=", 1) for pair in args.b_env)
+            async with (
+                serve(builds["A"], url, home, {}) as a,
+                serve(builds["B"], url, home, b_env) as b,
+            ):
                 apps = {"A": a, "B": b}
                 for round_no in range(args.rounds):
                     for name in ("A", "B") if round_no % 2 == 0 else ("B", "A"):
@@ -120,7 +128,8 @@ async def main(args: argparse.Namespace) -> None:
                         figure = sample.summary()
                         figures[name].append(figure)
                         print(
-                            f"round {round_no} {name}: {figure['items_per_s']:.0f}/s, app "
+                            f"round {round_no} {name}: {figure['items_per_s']:.0f}/s, "
+                            f"p99 {figure['claim_p99_ms']:.1f} ms, app "
                             f"{figure['app_cpu_ms_per_item']:.3f} ms/item, "
                             f"{figure['app_cpu_pct']:.0f} % busy",
                             flush=True,
@@ -131,10 +140,16 @@ async def main(args: argparse.Namespace) -> None:
         per_s = statistics.median(f["items_per_s"] for f in runs)
         app_ms = statistics.median(f["app_cpu_ms_per_item"] for f in runs)
         busy = statistics.median(f["app_cpu_pct"] for f in runs)
+        p99 = statistics.median(f["claim_p99_ms"] for f in runs)
         print(
-            f"{name} ({builds[name]}): median {per_s:.0f}/s, "
+            f"{name} ({builds[name]}): median {per_s:.0f}/s, p99 {p99:.1f} ms, "
             f"app {app_ms:.3f} ms/item, {busy:.0f} % busy"
         )
+    pairs = list(zip(figures["A"], figures["B"], strict=True))
+    if pairs:
+        for key in ("items_per_s", "claim_p99_ms", "app_cpu_ms_per_item"):
+            ratio = statistics.median(b[key] / a[key] for a, b in pairs if a[key])
+            print(f"B/A {key}: median of same-round ratios {ratio:.3f}")
 
 
 if __name__ == "__main__":
@@ -145,4 +160,7 @@ if __name__ == "__main__":
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seconds", type=float, default=4.0, help="each window's length")
     p.add_argument("--life", action="store_true", help="the five-request life, not claim+start")
+    p.add_argument(
+        "--b-env", action="append", default=[], help="KEY=VALUE for B's serve only (repeatable)"
+    )
     asyncio.run(main(p.parse_args()))

@@ -33,8 +33,8 @@ import asyncpg
 from bench import asgi_raw, httpbench
 from bench.claims import seed_ledger
 from bench.harness import Server, start_embedded
+from work_ledger.api.access_log import configure_logging
 from work_ledger.api.app import create_app
-from work_ledger.api.middleware import configure_logging
 from work_ledger.config import Settings
 
 _ITEMS = itertools.count()

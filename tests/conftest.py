@@ -16,10 +16,10 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from asyncpg import Pool
 
 from work_ledger.cli import console
 from work_ledger.db.connect import connect, create_pool, ensure_database, with_database
-from work_ledger.db.pool import Pool
 from work_ledger.db.store import Store
 from work_ledger.embedded.server import embedded_server_url
 from work_ledger.runtime import migrate_database

@@ -13,7 +13,11 @@ DEFAULT_PORT = 4001
 # Database connections `serve` uses for requests (it holds one more, to listen). On two
 # cores four kept PostgreSQL busiest; more only contend for the same rows at the head of
 # the queue (bench/RESULTS.md, E3). A larger database server may want more.
-DEFAULT_POOL_SIZE = 4
+# asyncpg's pool gives a connection back one event-loop turn after its statement (its
+# release runs as a task), so at 64 clients 4 connections idled between statements:
+# 8 measured ~0.86x of the old pool's throughput where 4 gave 0.55-0.76x
+# (bench/results/ab-path-20261201.md).
+DEFAULT_POOL_SIZE = 8
 # A hung server or network must turn into an error the caller can act on (503), not a
 # request that never answers. Every ledger statement is an index lookup or a short scan.
 DEFAULT_STATEMENT_TIMEOUT = 30.0

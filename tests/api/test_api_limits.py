@@ -9,11 +9,11 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
+from asyncpg import Pool
 
 from support.api_support import SECRET, Api, MakeApi, assert_problem
 from work_ledger.api.connection import Limits
 from work_ledger.api.ratelimit import FailureLimiter
-from work_ledger.db.pool import Pool
 from work_ledger.db.store import Store
 from work_ledger.errors import Unauthorized
 from work_ledger.service.tokens import Role, TokenStore
@@ -154,6 +154,9 @@ class _Counted:
     async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
         self.sent.append(query)
         return await self.pool.fetchrow(query, *args)
+
+    def get_max_size(self) -> int:
+        return self.pool.get_max_size()
 
 
 async def test_unknown_prefixes_cost_no_lookup_of_their_own(api: Api) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from work_ledger.api.app import is_loopback
-from work_ledger.api.deps import acting_agent
+from work_ledger.api.auth import acting_agent
 from work_ledger.errors import Forbidden, InvalidInput
 from work_ledger.service.idempotency import check_key, request_hash
 from work_ledger.service.tokens import Principal, Role, load_secret

@@ -1,6 +1,6 @@
-"""The request path's pure parts: every write on the direct path, bodies documented, the
-nesting scan, the failure limiter, the preformatted access line, the answers written from
-the domain objects."""
+"""The request path's pure parts: every write authenticates before it reads its body,
+bodies documented, the nesting scan, the failure limiter, the middlewares (body limit,
+access line, metrics counted once), the answers written from the domain objects."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import asyncio
 import datetime as dt
 import io
 import json
-import re
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,14 +15,15 @@ from typing import Any
 
 import pytest
 import structlog
-from fastapi import APIRouter, Request, Response
+from fastapi import FastAPI, Request, Response
+from fastapi.testclient import TestClient
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
+from work_ledger.api import access_log, body_limit, problems, schemas, wire
 from work_ledger.api import metrics as api_metrics
-from work_ledger.api import middleware, problems, schemas, wire
-from work_ledger.api.app import LedgerApp, create_app
-from work_ledger.api.direct import DirectRoutes, direct
+from work_ledger.api.app import create_app
+from work_ledger.api.collectors import LedgerMetrics, MetricsMiddleware
 from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.api.routes import attempts
 from work_ledger.config import Settings
@@ -55,13 +54,22 @@ def app() -> Any:
     return create_app(settings)
 
 
-def test_every_write_is_on_the_direct_path(app: Any) -> None:
-    """Each POST of the API is planned by DirectRoutes (none falls to per-request solving)."""
-    routes = app.direct_routes
-    posts = {r.path for r in routes if "POST" in (getattr(r, "methods", None) or ())}
-    planned = DirectRoutes(app, app, routes).plans("POST")
+def test_every_write_refuses_an_anonymous_caller_before_reading_its_body(app: Any) -> None:
+    """Each POST answers a request without a token 401, whatever its (unparsable) body:
+    the body dependency runs after the caller's."""
+    app.state.writes = None  # no lifespan here; an unkeyed request never reaches it
+    client = TestClient(app)
+    posts = [path for path, operations in app.openapi()["paths"].items() if "post" in operations]
     assert len(posts) >= 11
-    assert posts == {plan.route.path for plan in planned}
+    for template in posts:
+        path = template.format_map(_Filled())
+        response = client.post(path, content=b'{"not json', headers={"Idempotency-Key": "k"})
+        assert (response.status_code, response.json()["code"]) == (401, "unauthorized"), path
+
+
+class _Filled(dict[str, str]):
+    def __missing__(self, key: str) -> str:
+        return str(uuid.uuid4())
 
 
 def test_every_post_body_is_documented(app: Any) -> None:
@@ -117,57 +125,131 @@ def logging_restored() -> Iterator[None]:
         yield
     finally:
         structlog.configure(**saved)
-        middleware._preformatted = None
 
 
 def _scope(path: str, state: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "http", "method": "POST", "path": path, "headers": [], "state": state}
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "headers": [],
+        "query_string": b"",
+        "state": state,
+    }
+
+
+async def _receive() -> dict[str, Any]:
+    return {"type": "http.request", "body": b"{}", "more_body": False}
+
+
+def _answered(status: int, **state: str) -> Any:
+    """An ASGI app that leaves `state` in the request's state and answers `status`."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        scope["state"].update(state)
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    return app
+
+
+async def _ignore(_: Any) -> None:
+    pass
 
 
 @pytest.mark.usefixtures("logging_restored")
-def test_preformatted_access_line_is_the_structlog_line() -> None:
-    """serve's access line, written by one f-string, is byte for byte what its structlog
-    chain renders (the timestamp aside), including escapes and nulls."""
-    stream = io.StringIO()
-    middleware.configure_logging(stream=stream)
-    processors = structlog.get_config()["processors"]
-    cases = [
-        ("/units/claim", {"principal": "agent-1/x", "unit_id": "4f1c"}, 200),
-        ('/units/"\u00e9\\\n/claim', {}, 422),
-    ]
-    for path, state, status in cases:
-        started = time.perf_counter()
-        middleware.log_request(_scope(path, dict(state)), status, started)
-        ours = stream.getvalue().splitlines()[-1]
-        fields = json.loads(ours)
-        event: Any = {
-            "principal": state.get("principal"),
-            "method": "POST",
-            "path": path,
-            "status": status,
-            "unit_id": state.get("unit_id"),
-            "duration_ms": fields["duration_ms"],
-            "event": "request",
-        }
-        for processor in processors:
-            event = processor(None, "info", event)
-        stamp = re.compile(r'"timestamp": "[^"]+"')
-        assert stamp.sub("", ours) == stamp.sub("", event), path
-        written = dt.datetime.fromisoformat(fields["timestamp"].replace("Z", "+00:00"))
-        assert abs((written - dt.datetime.now(dt.UTC)).total_seconds()) < 60
+def test_access_line_is_one_json_line_with_the_request_fields() -> None:
+    """serve's configuration writes each access line as one JSON line of bytes (orjson),
+    naming the principal, method, path, status, unit and duration, escapes included."""
+    stream = io.BytesIO()
+    access_log.configure_logging(stream=stream)
+    # Or the access logger would keep this chain for the rest of the test session.
+    structlog.configure(cache_logger_on_first_use=False)
+    path = '/units/"\u00e9\\\n/claim'
+    logged = access_log.AccessLogMiddleware(_answered(409, principal="agent-1/x", unit_id="4f"))
+    asyncio.run(logged(_scope(path, {}), _receive, _ignore))
+    [line] = stream.getvalue().splitlines()
+    fields = json.loads(line)
+    assert {k: v for k, v in fields.items() if k not in ("duration_ms", "timestamp")} == {
+        "principal": "agent-1/x",
+        "method": "POST",
+        "path": path,
+        "status": 409,
+        "unit_id": "4f",
+        "event": "request",
+        "level": "info",
+    }
+    assert fields["duration_ms"] >= 0
+    written = dt.datetime.fromisoformat(fields["timestamp"].replace("Z", "+00:00"))
+    assert abs((written - dt.datetime.now(dt.UTC)).total_seconds()) < 60
 
 
 @pytest.mark.usefixtures("logging_restored")
 def test_access_line_goes_through_structlog_once_reconfigured() -> None:
     """Once structlog is configured otherwise (here: capturing), the line is structlog's."""
-    stream = io.StringIO()
-    middleware.configure_logging(stream=stream)
-    # Or the access logger would keep this chain for the rest of the test session.
+    stream = io.BytesIO()
+    access_log.configure_logging(stream=stream)
     structlog.configure(cache_logger_on_first_use=False)
+    logged = access_log.AccessLogMiddleware(_answered(200, principal="a"))
     with capture_logs() as logs:
-        middleware.log_request(_scope("/units/claim", {"principal": "a"}), 200, 0.0)
-    assert stream.getvalue() == ""
+        asyncio.run(logged(_scope("/units/claim", {}), _receive, _ignore))
+    assert stream.getvalue() == b""
     assert [(line["event"], line["principal"]) for line in logs] == [("request", "a")]
+
+
+def _limited_app() -> FastAPI:
+    """An app with the ledger's middlewares and one route that reads its body."""
+    app = FastAPI()
+    problems.install(app)
+
+    @app.post("/echo")
+    async def echo(request: Request) -> Response:
+        return Response(await request.body())
+
+    app.add_middleware(body_limit.BodyLimitMiddleware, max_body=10)
+    app.add_middleware(access_log.AccessLogMiddleware)
+    api_metrics.install(app)
+    return app
+
+
+def test_body_over_the_limit_is_413_declared_or_streamed() -> None:
+    """A Content-Length over the limit is refused before the route; a body streamed past
+    it is refused as it is read; both 413 problems, each timed once."""
+    app = _limited_app()
+    client = TestClient(app)
+    assert client.post("/echo", content=b"0123456789").content == b"0123456789"
+    declared = client.post("/echo", content=b"x" * 11)
+    streamed = client.post("/echo", content=iter([b"x" * 6, b"x" * 6]))
+    for response in (declared, streamed):
+        assert (response.status_code, response.json()["code"]) == (413, "payload_too_large")
+    registry = app.state.metrics.registry
+    timed = [("200", "/echo"), ("413", "unmatched"), ("413", "/echo")]
+    counts = [
+        registry.get_sample_value(
+            "work_ledger_request_duration_seconds_count",
+            {"method": "POST", "route": route, "status": status},
+        )
+        for status, route in timed
+    ]
+    assert counts == [1, 1, 1]  # the declared one is refused before routing
+    refused = {"code": "payload_too_large", "invariant": "none"}
+    assert registry.get_sample_value("work_ledger_refusals_total", refused) == 2
+
+
+def test_a_claim_answer_is_counted_once_from_what_the_route_said() -> None:
+    """The claim counter reads the route's `claim_result`, not the answer's bytes."""
+    metrics = LedgerMetrics()
+    for result in ("new", "resumed", "resumed", None):
+        state = {} if result is None else {"claim_result": result}
+        timed = MetricsMiddleware(_answered(200, **state), metrics)
+        asyncio.run(timed(_scope("/units/claim", {}), _receive, _ignore))
+    counts = {
+        result: metrics.registry.get_sample_value(
+            "work_ledger_claim_responses_total", {"result": result}
+        )
+        for result in ("new", "resumed", "none")
+    }
+    assert counts == {"new": 1, "resumed": 2, "none": None}  # never labelled
 
 
 def _unit(state: State, disposition: Disposition | None) -> Unit:
@@ -221,38 +303,33 @@ def test_hot_answers_are_the_response_models_bytes() -> None:
         assert adapter.dump_json(value).decode() == written
 
 
-def _boom_app() -> LedgerApp:
-    """A LedgerApp whose one direct write fails unexpectedly."""
-    app = LedgerApp()
+def _boom_app() -> FastAPI:
+    """The ledger's middlewares around one write that fails unexpectedly."""
+    app = FastAPI()
     problems.install(app)
-    api_metrics.install(app)
-    router = APIRouter()
 
-    @router.post("/boom")
-    @direct
-    async def boom(request: Request) -> Response:
+    @app.post("/boom")
+    async def boom() -> Response:
         raise RuntimeError("boom")
 
-    app.include_router(router)
-    app.direct_routes = router.routes
+    app.add_middleware(body_limit.BodyLimitMiddleware)
+    app.add_middleware(access_log.AccessLogMiddleware)
+    api_metrics.install(app)
     return app
 
 
-def test_unexpected_error_on_the_direct_path_is_a_500_problem_raised_on() -> None:
-    """As Starlette's error middleware does: a 500 problem answered, counted and logged,
-    and the error raised on for the server to log."""
+def test_unexpected_error_is_a_500_problem_counted_logged_and_raised_on() -> None:
+    """As Starlette's error middleware does: a 500 problem answered, counted and logged
+    once, and the error raised on for the server to log."""
     app = _boom_app()
     sent: list[Any] = []
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"{}", "more_body": False}
 
     async def send(message: Any) -> None:
         sent.append(message)
 
     async def call() -> None:
-        scope = {**_scope("/boom", {}), "app": app, "query_string": b""}
-        await app.build_middleware_stack()(scope, receive, send)
+        scope = {**_scope("/boom", {}), "app": app}
+        await app(scope, _receive, send)
 
     with capture_logs() as logs, pytest.raises(RuntimeError, match="boom"):
         asyncio.run(call())

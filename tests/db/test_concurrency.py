@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+from asyncpg import Pool
 
 from work_ledger.db.connect import create_pool
-from work_ledger.db.pool import Pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import Store
 from work_ledger.domain.model import Actor, Claim, NewUnit, State

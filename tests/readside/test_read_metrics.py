@@ -8,12 +8,12 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+from asyncpg import Pool
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.served_app import app_running, settings_for
 from work_ledger.api.collectors import LedgerMetrics
-from work_ledger.db.pool import Pool
 from work_ledger.domain.model import Actor, NewUnit
 from work_ledger.service.ledger import Ledger
 from work_ledger.service.tokens import Role

@@ -7,6 +7,7 @@ import uuid
 from decimal import Decimal
 
 import asyncpg
+from asyncpg import Pool
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
@@ -14,7 +15,6 @@ from work_ledger.api.collectors import LedgerMetrics
 from work_ledger.cli import app
 from work_ledger.db.connect import ensure_database, with_database
 from work_ledger.db.migrate import apply_migrations, load_migrations
-from work_ledger.db.pool import Pool
 from work_ledger.domain.model import Actor, NewUnit
 from work_ledger.readside.roles import grant_reader
 from work_ledger.service.ledger import Ledger

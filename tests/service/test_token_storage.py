@@ -6,8 +6,8 @@ import hashlib
 import hmac
 
 import asyncpg
+from asyncpg import Pool
 
-from work_ledger.db.pool import Pool
 from work_ledger.db.store import Store
 from work_ledger.service.tokens import Role, TokenStore
 

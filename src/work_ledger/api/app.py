@@ -9,27 +9,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from starlette.routing import BaseRoute
-from starlette.types import ASGIApp
 
 from work_ledger.api import mcp_http, metrics, problems, wire
-from work_ledger.api.deps import document_headers
-from work_ledger.api.direct import DirectRoutes
+from work_ledger.api.access_log import AccessLogMiddleware
+from work_ledger.api.body_limit import BodyLimitMiddleware
 from work_ledger.api.longpoll import Notifier
-from work_ledger.api.middleware import EdgeMiddleware
+from work_ledger.api.openapi_docs import document_headers
 from work_ledger.api.ratelimit import FailureLimiter
-from work_ledger.api.routes import attempts, events, health, projection, questions, units
+from work_ledger.api.routes import (
+    attempts,
+    claims,
+    events,
+    health,
+    projection,
+    questions,
+    units,
+)
+from work_ledger.api.writes import refusal_outcome
 from work_ledger.config import Settings
 from work_ledger.db.connect import resolve_database_url
 from work_ledger.readside.roles import read_pool
 from work_ledger.runtime import open_ledger
 from work_ledger.service.idempotency import IdempotencyStore
+from work_ledger.service.keyed import KeyedWrites
 from work_ledger.service.tokens import (
     OPERATOR_TOKEN_FILE,
     Role,
@@ -81,16 +89,6 @@ async def _expire_idempotency(store: IdempotencyStore) -> None:
         await asyncio.sleep(EXPIRE_EVERY_SECONDS)
 
 
-class LedgerApp(FastAPI):
-    """FastAPI, with `DirectRoutes` in front of its whole middleware stack: a write on the
-    direct path skips every layer (api/direct.py)."""
-
-    direct_routes: Sequence[BaseRoute] = ()
-
-    def build_middleware_stack(self) -> ASGIApp:
-        return DirectRoutes(super().build_middleware_stack(), self, self.direct_routes)
-
-
 def create_app(
     settings: Settings,
     *,
@@ -98,7 +96,7 @@ def create_app(
     bootstrap: bool = False,
     max_connections: int | None = None,
     auth_failures: FailureLimiter | None = None,
-) -> LedgerApp:
+) -> FastAPI:
     """The API over `settings.database_url` (or the embedded server)."""
 
     @asynccontextmanager
@@ -118,6 +116,7 @@ def create_app(
             expiry = asyncio.create_task(_expire_idempotency(idempotency))
             app.state.ledger, app.state.tokens, app.state.read_pool = ledger, tokens, reads
             app.state.notifier, app.state.idempotency = notifier, idempotency
+            app.state.writes = KeyedWrites(ledger, refusal_outcome)
             try:
                 async with app.state.mcp.running(ledger):
                     yield
@@ -127,7 +126,7 @@ def create_app(
                     await expiry
                 await notifier.stop()
 
-    app = LedgerApp(
+    app = FastAPI(
         title="work-ledger",
         version="0.1.0",
         description="The durable accounting ledger for fleets of AI coding agents. "
@@ -145,14 +144,20 @@ def create_app(
     app.state.bootstrap = bootstrap
     problems.install(app)
     # events before units, whose /units/{unit} would otherwise take /units/{unit}/events.
-    routers = (health, events, units, attempts, questions, projection)
+    routers = (health, events, claims, units, attempts, questions, projection)
     for module in routers:
-        app.include_router(module.router)
+        # The routes themselves, not `include_router`: FastAPI matches an included router's
+        # routes through a wrapper of its own, twice per request, ~10 % of a write's CPU
+        # (bench/results/ab-path-20261201.md). The routes already carry their router's
+        # tags and responses.
+        app.router.routes.extend(module.router.routes)
     app.state.mcp = mcp_http.mount(app)  # MCP over Streamable HTTP at /mcp
     routes = [route for module in routers for route in module.router.routes]
-    app.direct_routes = routes
-    app.add_middleware(EdgeMiddleware)
-    metrics.install(app, token=settings.metrics_token)  # times every request (outside the edge)
+    # Outermost last: the metrics time the whole request, the access line follows its
+    # answer, and the body limit stands in front of the routes.
+    app.add_middleware(BodyLimitMiddleware)
+    app.add_middleware(AccessLogMiddleware)
+    metrics.install(app, token=settings.metrics_token)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

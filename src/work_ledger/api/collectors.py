@@ -32,12 +32,12 @@ from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import asyncpg
+from asyncpg import Pool
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from work_ledger.db.pool import Pool
 from work_ledger.errors import WorkLedgerError
 from work_ledger.readside.roles import GaugeSnapshot, read_gauges
 
@@ -178,20 +178,8 @@ class LedgerMetrics:
         code = str(problem.get("code") or "unknown")
         self.refusals.labels(code, str(problem.get("invariant") or "none")).inc()
 
-    def observe_claim(self, body: bytes) -> None:
-        """Count a claim answer as none, new or resumed. The body is the ledger's own JSON
-        of a Claim (`unit`, `attempt`, `resumed`, in that order, no spaces; a replayed
-        answer is a stored copy of one), so its first and last bytes tell, without parsing
-        every claim's JSON again. A key inside a string value cannot match: its quotes are
-        escaped there."""
-        if body.startswith(b'{"unit":null,'):
-            result = "none"
-        elif body.endswith(b',"resumed":true}'):
-            result = "resumed"
-        elif body.endswith(b',"resumed":false}'):
-            result = "new"
-        else:
-            return
+    def observe_claim(self, result: str) -> None:
+        """Count a claim answer: none, new or resumed (what the route said it answered)."""
         self.claim_responses.labels(result).inc()
 
 
@@ -204,12 +192,24 @@ def _route(scope: Scope) -> str:
 class MetricsMiddleware:
     """Times every request by its route template, and counts problems and claim answers.
 
-    Pure ASGI. Only problem+json bodies and claim answers are read (both small); every
-    other body passes through untouched."""
+    Pure ASGI. Only problem+json bodies are read (small); every other body passes through
+    untouched. A claim's result is what its route left in the request's state
+    (`claim_result`, api/request_state.py). An error that escapes the app unanswered is
+    counted as the 500 internal_error problem that Starlette's error middleware, outside
+    this one, answers it with."""
 
     def __init__(self, app: ASGIApp, metrics: LedgerMetrics) -> None:
         self.app = app
         self.metrics = metrics
+        # Each labelled latency series, looked up once: `labels()` validates and locks.
+        self._series: dict[tuple[str, str, int], Any] = {}
+
+    def _observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        series = self._series.get((method, route, status))
+        if series is None:
+            series = self.metrics.request_duration.labels(method, route, str(status))
+            self._series[(method, route, status)] = series
+        series.observe(seconds)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -217,32 +217,35 @@ class MetricsMiddleware:
             return
         started = time.perf_counter()
         status = 500
-        watch: Any = None  # the observe_* method for this response's body, if any
-        body = bytearray()
+        answered = False
+        problem: bytearray | None = None  # the body of a problem+json answer
 
         async def send_watched(message: Message) -> None:
-            nonlocal status, watch
+            nonlocal status, answered, problem
             if message["type"] == "http.response.start":
-                status = message["status"]
-                watch = self._watch_for(scope, status, message.get("headers", ()))
-            elif message["type"] == "http.response.body" and watch is not None:
-                if len(body) < MAX_PROBLEM_BYTES:
-                    body.extend(message.get("body", b""))
+                status, answered = message["status"], True
+                if _is_problem(message.get("headers", ())):
+                    problem = bytearray()
+            elif message["type"] == "http.response.body" and problem is not None:
+                if len(problem) < MAX_PROBLEM_BYTES:
+                    problem.extend(message.get("body", b""))
                 if not message.get("more_body", False):
-                    watch(bytes(body))
+                    self.metrics.observe_problem(bytes(problem))
             await send(message)
 
         try:
             await self.app(scope, receive, send_watched)
+        except Exception:
+            if not answered:
+                self.metrics.refusals.labels("internal_error", "none").inc()
+            raise
         finally:
-            self.metrics.request_duration.labels(
-                scope["method"], _route(scope), str(status)
-            ).observe(time.perf_counter() - started)
+            self._observe(scope["method"], _route(scope), status, time.perf_counter() - started)
+        result = (scope.get("state") or {}).get("claim_result")
+        if result is not None:
+            self.metrics.observe_claim(result)
 
-    def _watch_for(self, scope: Scope, status: int, headers: Any) -> Any:
-        content_type = next((v for k, v in headers if k.lower() == b"content-type"), b"")
-        if content_type.startswith(b"application/problem+json"):
-            return self.metrics.observe_problem
-        if status == 200 and scope["method"] == "POST" and _route(scope).endswith("/claim"):
-            return self.metrics.observe_claim
-        return None
+
+def _is_problem(headers: Any) -> bool:
+    content_type = next((v for k, v in headers if k.lower() == b"content-type"), b"")
+    return bool(content_type.startswith(b"application/problem+json"))

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from work_ledger.api.deps import authenticate
+from work_ledger.api.auth import authenticate
 from work_ledger.client import AsyncClient
 from work_ledger.mcp.server import Session, build_tools
 from work_ledger.service.ledger import Ledger

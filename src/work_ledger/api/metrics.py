@@ -15,8 +15,8 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from work_ledger.api import problems
+from work_ledger.api.auth import ANY_ROLE, require
 from work_ledger.api.collectors import LedgerMetrics, MetricsMiddleware
-from work_ledger.api.deps import ANY_ROLE, require
 
 
 async def metrics(request: Request) -> Response:

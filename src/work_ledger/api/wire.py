@@ -1,12 +1,11 @@
 """The request path's codec: a body decoded once, straight from bytes to its typed model,
 and an answer encoded once, straight from its model to bytes.
 
-A route reads its body with `await json_body(request, Model)` after the caller is
-authenticated (the `require(...)` dependency runs first), so an anonymous request is
-refused before its body is read or parsed; it documents the body with
-`openapi_extra=body_doc(Model)` and its answer with `response_model=`, and returns
-`answer(model)`: FastAPI then neither validates the response model a second time nor
-re-encodes it.
+A write reads its body with `json_body` (in `api/writes.write_of`) once its caller is
+authenticated, so an anonymous request is refused before its body is read or parsed. The
+body is documented with `openapi_extra=body_doc(Model)`, the answer with
+`response_model=`; the route returns `answer(model)` or `answer_as(adapter, value)`, so
+FastAPI neither validates the response model a second time nor re-encodes it.
 
 Nesting: the JSON parser refuses a document nested deeper than `MAX_JSON_DEPTH` levels
 (its own fixed limit, without recursion); the 422 names the field where it happened,
@@ -45,14 +44,19 @@ def body_doc(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {JSON_MEDIA_TYPE: {"schema": ref}}}}
 
 
-async def json_body(request: Request, model: type[M]) -> M:
-    """The request body as `model`, or a 422 naming each invalid field."""
+async def raw_body(request: Request) -> bytes:
+    """The request's body bytes (read once: Starlette keeps them on the request)."""
     try:
-        raw = await request.body()
+        return await request.body()
     except ClientDisconnect:
         raise InvalidInput(
             "the request body ended before its Content-Length; send it whole"
         ) from None
+
+
+async def json_body(request: Request, model: type[M]) -> M:
+    """The request body as `model`, or a 422 naming each invalid field."""
+    raw = await raw_body(request)
     if not raw:
         raise RequestValidationError(
             [{"loc": ("body",), "msg": "Field required", "type": "missing"}]

@@ -142,9 +142,9 @@ def serve(
     non-loopback address also needs TLS, or --allow-plain-http behind a TLS-terminating proxy."""
     import uvicorn
 
+    from work_ledger.api.access_log import configure_logging
     from work_ledger.api.app import create_app, is_loopback
     from work_ledger.api.connection import server_options
-    from work_ledger.api.middleware import configure_logging
 
     tls = _tls_files(tls_cert, tls_key)
     _check_plain_http(host, tls is not None, allow_plain_http)

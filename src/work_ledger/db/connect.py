@@ -9,7 +9,6 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from work_ledger.config import DEFAULT_STATEMENT_TIMEOUT, Settings
-from work_ledger.db.pool import Pool
 from work_ledger.embedded.server import DATABASE_NAME, embedded_server_url
 
 # Every connection talks UTC and names itself in pg_stat_activity.
@@ -68,6 +67,13 @@ async def connect(
 CONNECT_TIMEOUT_SECONDS = 10.0
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset: nothing beyond asyncpg's own rollback of a transaction left open.
+    The default (`SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`) is a
+    second round trip per statement, and pooled connections take no session state (no SET,
+    LISTEN, advisory lock or cursor: the listener and the migrator connect on their own)."""
+
+
 async def create_pool(
     url: str,
     *,
@@ -75,21 +81,21 @@ async def create_pool(
     max_size: int = 10,
     statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
     server_settings: dict[str, str] = SERVER_SETTINGS,
-) -> Pool:
-    """A pool of connections set up as `connect` sets one up; `min_size` opened now."""
-
-    async def opened() -> asyncpg.Connection:
-        conn = await asyncpg.connect(
-            url,
-            server_settings=server_settings,
-            timeout=CONNECT_TIMEOUT_SECONDS,
-            command_timeout=statement_timeout,
-        )
-        try:
-            await _init_connection(conn)
-        except BaseException:
-            conn.terminate()
-            raise
-        return conn
-
-    return await Pool(opened, min_size=min_size, max_size=max_size).open()
+) -> asyncpg.Pool:
+    """asyncpg's pool of connections set up as `connect` sets one up; `min_size` opened now.
+    Each statement is bounded by `statement_timeout` seconds (asyncpg's command_timeout,
+    which also cancels it on the server)."""
+    pool: asyncpg.Pool = await asyncpg.create_pool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        init=_init_connection,
+        reset=_keep_session,
+        server_settings=server_settings,
+        timeout=CONNECT_TIMEOUT_SECONDS,
+        command_timeout=statement_timeout,
+        # Connections stay open until they fail or the pool closes: no idle timer re-armed
+        # on every release.
+        max_inactive_connection_lifetime=0,
+    )
+    return pool

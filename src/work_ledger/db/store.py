@@ -6,17 +6,25 @@ RAISE ... CONSTRAINT), so the mapping needs no string matching.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+from asyncpg.transaction import Transaction
 
-from work_ledger.db.pool import Pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.errors import InvalidInput, InvariantViolation, Unavailable, WorkLedgerError
 
 T = TypeVar("T")
+# What a statement runs on: a connection, as asyncpg hands it out of its pool or not.
+Connection = asyncpg.Connection | PoolConnectionProxy
+# A statement on the pool is its own transaction: after a deadlock or a serialization
+# failure rolled it back whole, it is run again, up to this many times in all.
+TRIES_ON_POOL = 4
 
 _UNAVAILABLE = (
     OSError,
@@ -82,33 +90,108 @@ def _refusal(exc: asyncpg.PostgresError) -> InvariantViolation:
 
 
 class Store:
-    """Named statements over a pool; one statement, one round trip.
+    """Named statements, one statement one round trip: on asyncpg's pool, or on one
+    connection inside a transaction (`Store.on`).
 
-    On a real pool each statement is its own transaction, rolled back whole by a deadlock
-    or a serialization failure, so it is run again (a few times) before giving up. Inside a
-    caller's transaction (anything else standing in for the pool) it is not: the caller's
-    transaction decides.
+    On the pool each statement is its own transaction, rolled back whole by a deadlock or a
+    serialization failure, so it is run again (a few times) before giving up. Inside a
+    transaction it is not: the transaction's owner decides. There, with `savepoints`, each
+    statement runs in a savepoint, so that a statement the database refuses leaves the
+    transaction usable (the ledger looks at the unit again to explain a refusal).
+
+    Callers take the pool's connections in turn, in arrival order (`turns`, a semaphore
+    of the pool's size): asyncpg's pool queues its waiters in an asyncio.Queue, where a
+    newcomer takes the connection a woken waiter was handed, and that waiter goes to the
+    back of the queue. With 64 clients on 4 connections a few claims waited far longer
+    than the others (claim p99 2x, bench/results/ab-path-20261201.md).
     """
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        conn: Connection | None = None,
+        savepoints: bool = False,
+        turns: asyncio.Semaphore | None = None,
+    ) -> None:
         self.pool = pool
-        self.attempts = 4 if isinstance(pool, Pool) else 1
+        self.conn = conn
+        self.savepoints = savepoints
+        self.turns = asyncio.Semaphore(pool.get_max_size()) if turns is None else turns
+
+    def on(self, conn: Connection, *, savepoints: bool = False) -> Store:
+        """These statements on `conn`, a connection of this pool in a transaction."""
+        return Store(self.pool, conn=conn, savepoints=savepoints, turns=self.turns)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Connection]:
+        """A connection of the pool in a transaction, committed when the block ends (rolled
+        back if it raises); a database that cannot be reached is `Unavailable`."""
+        async with (
+            self.turns,
+            translated_errors(),
+            self.pool.acquire() as conn,
+            conn.transaction(),
+        ):
+            yield conn
+
+    async def begin(self) -> OpenTransaction:
+        """A transaction held across awaits until `commit` or `end` (a long-poll look)."""
+        await self.turns.acquire()
+        try:
+            async with translated_errors():
+                conn = await self.pool.acquire()
+                tx = conn.transaction()
+                try:
+                    await tx.start()
+                except BaseException:
+                    await self.pool.release(conn)
+                    raise
+        except BaseException:
+            self.turns.release()
+            raise
+        return OpenTransaction(self, conn, tx)
 
     async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
+        rows: list[asyncpg.Record]
+        if self.conn is not None:
+            rows = await self._in_transaction(self.conn.fetch, name, args)
+            return rows
         # try/except, not translated_errors(): a context manager per statement cost more
         # than the rest of this method on the request path.
-        try:
-            rows: list[asyncpg.Record] = await self.pool.fetch(QUERIES[name], *args)
-        except Exception as exc:
-            rows = await self._after_error(exc, self.pool.fetch, name, args)
+        async with self.turns:
+            try:
+                rows = await self.pool.fetch(QUERIES[name], *args)
+            except Exception as exc:
+                rows = await self._after_error(exc, self.pool.fetch, name, args)
         return rows
 
     async def fetchrow(self, name: str, *args: Any) -> asyncpg.Record | None:
-        try:
-            row: asyncpg.Record | None = await self.pool.fetchrow(QUERIES[name], *args)
-        except Exception as exc:
-            row = await self._after_error(exc, self.pool.fetchrow, name, args)
+        row: asyncpg.Record | None
+        if self.conn is not None:
+            row = await self._in_transaction(self.conn.fetchrow, name, args)
+            return row
+        async with self.turns:
+            try:
+                row = await self.pool.fetchrow(QUERIES[name], *args)
+            except Exception as exc:
+                row = await self._after_error(exc, self.pool.fetchrow, name, args)
         return row
+
+    async def _in_transaction(
+        self, method: Callable[..., Awaitable[T]], name: str, args: tuple[Any, ...]
+    ) -> T:
+        assert self.conn is not None
+        try:
+            if not self.savepoints:
+                return await method(QUERIES[name], *args)
+            async with self.conn.transaction():  # nested: a savepoint
+                return await method(QUERIES[name], *args)
+        except Exception as exc:
+            error = translate(exc)
+            if error is None:
+                raise
+            raise error from exc
 
     async def _after_error(
         self,
@@ -119,7 +202,7 @@ class Store:
     ) -> T:
         """Run the statement again after a rollback of the whole of it (a deadlock or a
         serialization failure), a few times; otherwise raise the ledger's error for `exc`."""
-        tries = self.attempts - 1
+        tries = TRIES_ON_POOL - 1
         while tries > 0 and isinstance(exc, asyncpg.TransactionRollbackError):
             tries -= 1
             try:
@@ -130,3 +213,34 @@ class Store:
         if error is None:
             raise exc
         raise error from exc
+
+
+class OpenTransaction:
+    """A transaction on a connection of the pool, left open across awaits by its owner;
+    it holds its turn (`Store.turns`) until `end`."""
+
+    def __init__(self, store: Store, conn: PoolConnectionProxy, tx: Transaction) -> None:
+        self.pool, self.conn, self.tx = store.pool, conn, tx
+        self._turns = store.turns
+        self._ended = False
+
+    def store(self, *, savepoints: bool = False) -> Store:
+        return Store(self.pool, conn=self.conn, savepoints=savepoints, turns=self._turns)
+
+    async def commit(self) -> None:
+        async with translated_errors():
+            await self.tx.commit()
+
+    async def end(self) -> None:
+        """Roll back (nothing to do after a commit) and give the connection back. A dead
+        connection has rolled back already: the pool drops it."""
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            with contextlib.suppress(Exception):
+                await self.tx.rollback()
+            with contextlib.suppress(Exception):
+                await self.pool.release(self.conn)
+        finally:
+            self._turns.release()

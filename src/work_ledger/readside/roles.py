@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+from asyncpg import Pool
 
 from work_ledger.config import Settings
 from work_ledger.db.connect import SERVER_SETTINGS, connect, create_pool, resolve_database_url
-from work_ledger.db.pool import Pool
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import translated_errors
 from work_ledger.errors import Forbidden, InvalidInput, Unavailable

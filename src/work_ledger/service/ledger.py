@@ -61,6 +61,12 @@ class Ledger(LedgerReads):
         self.lease_seconds = lease_seconds
         self.evidence_prefixes = tuple(evidence_prefixes)
 
+    def on(self, store: Store) -> Ledger:
+        """The same use cases, their statements run by `store` (in a caller's transaction)."""
+        return Ledger(
+            store, lease_seconds=self.lease_seconds, evidence_prefixes=self.evidence_prefixes
+        )
+
     # -- register ------------------------------------------------------------------------
 
     async def register(self, units: Sequence[NewUnit], actor: Actor) -> list[Registered]:

@@ -58,7 +58,7 @@ from work_ledger.temporal.lifecycle import STATUS_STEPS, step_key
 T = TypeVar("T")
 log = logging.getLogger("work_ledger.temporal.follow")
 BATCH = 100  # events per ledger request; a workflow's events always share one
-SENDS = 4  # ledger requests in flight (serve's default database pool is 4)
+SENDS = 4  # ledger requests in flight (half of serve's default database pool)
 READS = 32  # Temporal reads (describe, result) in flight
 RECENT = 5.0  # seconds before the checkpoint a pass between two full sweeps sweeps again
 RUNNING = "ExecutionStatus = 'Running'"

@@ -79,7 +79,7 @@ from work_ledger.temporal.steps import (
 MAX_ID = 1000
 MAX_DETAIL_BYTES = 16_000
 MAX_EVENT_ID = 2**63 - 1
-PARALLEL = 4  # units projected side by side (serve's default pool holds 4 connections)
+PARALLEL = 4  # units projected side by side (half of serve's default pool)
 __all__ = [
     "MAX_EVENT_ID",
     "MAX_ID",

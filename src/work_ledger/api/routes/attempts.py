@@ -8,14 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 
 from work_ledger.api import problems
-from work_ledger.api.deps import (
-    Caller,
-    IdempotentRoute,
-    ledger,
-    require,
-    unit_logged,
-)
-from work_ledger.api.direct import direct
+from work_ledger.api.request_state import unit_logged
 from work_ledger.api.schemas import (
     UNIT_ATTEMPT_JSON,
     AttemptOut,
@@ -25,17 +18,13 @@ from work_ledger.api.schemas import (
     UnitAttemptOut,
     UnitOut,
 )
-from work_ledger.api.wire import answer_as, body_doc, json_body
-from work_ledger.service.ledger import Ledger
+from work_ledger.api.wire import answer_as, body_doc
+from work_ledger.api.writes import Write, write_of
+from work_ledger.domain.model import Attempt, Unit
+from work_ledger.service.keyed import Keying
 from work_ledger.service.tokens import Role
 
-router = APIRouter(
-    tags=["attempts"],
-    route_class=IdempotentRoute,
-    responses=problems.WRITE_RESPONSES,
-)
-LedgerDep = Annotated[Ledger, Depends(ledger)]
-Agent = Annotated[Caller, Depends(require(Role.AGENT))]
+router = APIRouter(tags=["attempts"], responses=problems.WRITE_RESPONSES)
 
 
 class AttemptUnitOut(UnitAttemptOut):
@@ -45,33 +34,40 @@ class AttemptUnitOut(UnitAttemptOut):
     unit: UnitOut
 
 
+def _unit_attempt(request: Request, result: tuple[Unit, Attempt]) -> Response:
+    unit_logged(request, result[0].id)
+    return answer_as(UNIT_ATTEMPT_JSON, UnitAttempt(*result))
+
+
 @router.post(
     "/attempts/{attempt_id}/heartbeat",
     response_model=UnitAttemptOut,
     openapi_extra=body_doc(LeaseIn),
 )
-@direct
 async def heartbeat(
-    request: Request, attempt_id: uuid.UUID, svc: LedgerDep, caller: Agent
+    request: Request,
+    attempt_id: uuid.UUID,
+    w: Annotated[Write[LeaseIn], Depends(write_of(LeaseIn, Role.AGENT))],
 ) -> Response:
     """Extend the lease of your live attempt; 409 attempt_superseded means stop working."""
-    body = await json_body(request, LeaseIn)
-    unit, attempt = await svc.heartbeat(
-        attempt_id, caller.actor(), lease_seconds=body.lease_seconds
+    return await w.run(
+        Keying.ATOMIC,
+        lambda svc: svc.heartbeat(attempt_id, w.caller.actor(), lease_seconds=w.body.lease_seconds),
+        lambda result: _unit_attempt(request, result),
     )
-    unit_logged(request, unit.id)
-    return answer_as(UNIT_ATTEMPT_JSON, UnitAttempt(unit, attempt))
 
 
 @router.post(
     "/attempts/{attempt_id}/cost", response_model=AttemptUnitOut, openapi_extra=body_doc(CostIn)
 )
-@direct
 async def record_cost(
-    request: Request, attempt_id: uuid.UUID, svc: LedgerDep, caller: Agent
+    request: Request,
+    attempt_id: uuid.UUID,
+    w: Annotated[Write[CostIn], Depends(write_of(CostIn, Role.AGENT))],
 ) -> Response:
     """Add spent cents to an attempt (and its unit); recorded even after the attempt ended."""
-    body = await json_body(request, CostIn)
-    unit, attempt = await svc.record_cost(attempt_id, body.cost_cents, caller.actor())
-    unit_logged(request, unit.id)
-    return answer_as(UNIT_ATTEMPT_JSON, UnitAttempt(unit, attempt))
+    return await w.run(
+        Keying.ATOMIC,
+        lambda svc: svc.record_cost(attempt_id, w.body.cost_cents, w.caller.actor()),
+        lambda result: _unit_attempt(request, result),
+    )

@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request
 
 from work_ledger.api import problems
-from work_ledger.api.deps import Reader, ledger, unit_logged
+from work_ledger.api.auth import Reader
+from work_ledger.api.request_state import ledger, unit_logged
 from work_ledger.api.schemas import MAX_LIMIT, EventPage
 from work_ledger.service.ledger import Ledger
 

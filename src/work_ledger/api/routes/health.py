@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+from asyncpg import Pool
 from fastapi import APIRouter, Request
 
 from work_ledger.api import problems
 from work_ledger.api.schemas import Health
-from work_ledger.db.pool import Pool
 from work_ledger.errors import Unavailable
 
 router = APIRouter(tags=["health"])

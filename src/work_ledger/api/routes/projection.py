@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Response
 from pydantic import AwareDatetime, BaseModel, Field, StringConstraints
 from pydantic import Strict as StrictMark
 
 from work_ledger.api import problems
-from work_ledger.api.deps import Caller, IdempotentRoute, ledger, require
-from work_ledger.api.direct import direct
 from work_ledger.api.schemas import Body
-from work_ledger.api.wire import MAX_FREE_DEPTH, FreeJson, answer, body_doc, json_body
+from work_ledger.api.wire import MAX_FREE_DEPTH, FreeJson, answer, body_doc
+from work_ledger.api.writes import Write, write_of
+from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import MAX_BATCH, Ledger
 from work_ledger.service.tokens import Role
-from work_ledger.temporal.ingest import MAX_EVENT_ID, MAX_ID, Projector, WorkflowEvent
-
-router = APIRouter(
-    tags=["projection"],
-    route_class=IdempotentRoute,
-    responses=problems.WRITE_RESPONSES,
+from work_ledger.temporal.ingest import (
+    MAX_EVENT_ID,
+    MAX_ID,
+    ProjectionReport,
+    Projector,
+    WorkflowEvent,
 )
-LedgerDep = Annotated[Ledger, Depends(ledger)]
-ProjectorRole = Annotated[Caller, Depends(require(Role.PROJECTOR))]
+
+router = APIRouter(tags=["projection"], responses=problems.WRITE_RESPONSES)
 Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID)]
 
 
@@ -79,10 +80,18 @@ class ProjectionOut(BaseModel):
 @router.post(
     "/projection/events", response_model=ProjectionOut, openapi_extra=body_doc(ProjectionIn)
 )
-@direct
-async def project_events(request: Request, svc: LedgerDep, _: ProjectorRole) -> Response:
+async def project_events(
+    w: Annotated[Write[ProjectionIn], Depends(write_of(ProjectionIn, Role.PROJECTOR))],
+) -> Response:
     """Record workflow events and apply each new one to its unit (see the README's mapping)."""
-    body = await json_body(request, ProjectionIn)
-    events = [WorkflowEvent(**e.model_dump()) for e in body.events]
-    report = await Projector(svc).project(events)
-    return answer(ProjectionOut.model_validate(report.as_json()))
+    events = [WorkflowEvent(**e.model_dump()) for e in w.body.events]
+
+    def project(svc: Ledger) -> Awaitable[ProjectionReport]:
+        return Projector(svc).project(events)
+
+    # Apart: each event is a transaction of its own, applied once by its own key.
+    return await w.run(
+        Keying.APART,
+        project,
+        lambda report: answer(ProjectionOut.model_validate(report.as_json())),
+    )

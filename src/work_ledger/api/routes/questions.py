@@ -10,16 +10,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from work_ledger.api import problems
-from work_ledger.api.deps import (
-    Caller,
-    IdempotentRoute,
-    Reader,
-    ledger,
-    require,
-    unit_logged,
-)
-from work_ledger.api.direct import direct
+from work_ledger.api.auth import Reader
 from work_ledger.api.longpoll import Notifier
+from work_ledger.api.request_state import ledger, unit_logged
 from work_ledger.api.schemas import (
     MAX_LIMIT,
     MAX_WAIT_SECONDS,
@@ -28,13 +21,15 @@ from work_ledger.api.schemas import (
     QuestionPage,
     RouteIn,
 )
-from work_ledger.api.wire import answer, body_doc, json_body
-from work_ledger.domain.model import QuestionStatus
+from work_ledger.api.wire import answer, body_doc
+from work_ledger.api.writes import Write, write_of
+from work_ledger.domain.model import Question, QuestionStatus
+from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import Ledger
 from work_ledger.service.tokens import Role
 from work_ledger.service.triage import route_question
 
-router = APIRouter(tags=["questions"], route_class=IdempotentRoute)
+router = APIRouter(tags=["questions"])
 LedgerDep = Annotated[Ledger, Depends(ledger)]
 Wait = Annotated[
     int,
@@ -96,24 +91,30 @@ async def get_question(
             await notifier.wait(closed, remaining)
 
 
+def _question_out(request: Request, question: Question) -> Response:
+    unit_logged(request, question.unit_id)
+    return answer(QuestionOut.model_validate(question))
+
+
 @router.post(
     "/questions/{question_id}/cancel",
     responses=problems.WRITE_RESPONSES,
     response_model=QuestionOut,
     openapi_extra=body_doc(CancelIn),
 )
-@direct
 async def cancel_question(
     request: Request,
     question_id: uuid.UUID,
-    svc: LedgerDep,
-    caller: Annotated[Caller, Depends(require(Role.AGENT, Role.TRIAGE))],
+    w: Annotated[Write[CancelIn], Depends(write_of(CancelIn, Role.AGENT, Role.TRIAGE))],
 ) -> Response:
     """Withdraw an open question (its holder, triage or an operator); the unit resumes."""
-    body = await json_body(request, CancelIn)
-    question = await svc.cancel_question(question_id, caller.actor(Role.TRIAGE), reason=body.reason)
-    unit_logged(request, question.unit_id)
-    return answer(QuestionOut.model_validate(question))
+    return await w.run(
+        Keying.ATOMIC,
+        lambda svc: svc.cancel_question(
+            question_id, w.caller.actor(Role.TRIAGE), reason=w.body.reason
+        ),
+        lambda question: _question_out(request, question),
+    )
 
 
 @router.post(
@@ -122,15 +123,14 @@ async def cancel_question(
     response_model=QuestionOut,
     openapi_extra=body_doc(RouteIn),
 )
-@direct
 async def route(
     request: Request,
     question_id: uuid.UUID,
-    svc: LedgerDep,
-    caller: Annotated[Caller, Depends(require(Role.TRIAGE))],
+    w: Annotated[Write[RouteIn], Depends(write_of(RouteIn, Role.TRIAGE))],
 ) -> Response:
     """Record the human queue's item for an open question, once (the same id again: no-op)."""
-    body = await json_body(request, RouteIn)
-    question = await route_question(svc.store, question_id, body.external_task_id, caller.agent)
-    unit_logged(request, question.unit_id)
-    return answer(QuestionOut.model_validate(question))
+    return await w.run(
+        Keying.ATOMIC,
+        lambda svc: route_question(svc.store, question_id, w.body.external_task_id, w.caller.agent),
+        lambda question: _question_out(request, question),
+    )
