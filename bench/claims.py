@@ -29,6 +29,8 @@ from work_ledger.db.store import Store
 from work_ledger.domain.model import Actor, Disposition
 from work_ledger.service.ledger import Ledger
 
+# record_cost's model, four token counts and `estimated`, as Ledger sends a bare amount.
+NO_COST_DETAIL = (None, None, None, None, None, False)
 RAW = parse_named_sql((Path(__file__).parent / "raw.sql").read_text(encoding="utf-8"))
 LEASE_SECONDS = 900
 EVIDENCE = "https://ci.example.com/runs/1"
@@ -240,7 +242,8 @@ async def ledger_sql_life(url: str, c: int) -> AsyncIterator[list[Operation]]:
                     return None
                 unit, attempt = row["unit"]["id"], row["attempt"]["id"]
                 await conn.fetchrow(QUERIES["start_unit"], unit, ["claimed"], agent, attempt, agent)
-                await conn.fetchrow(QUERIES["record_cost"], attempt, 125, agent, agent)
+                cost = (attempt, 125, agent, agent, *NO_COST_DETAIL)
+                await conn.fetchrow(QUERIES["record_cost"], *cost)
                 verify = (unit, ["in_progress"], agent, attempt, EVIDENCE, {}, agent)
                 await conn.fetchrow(QUERIES["verify_unit"], *verify)
                 dispose = (unit, agent, attempt, None, None, agent)

@@ -72,9 +72,13 @@ INSERT INTO work_unit_events (unit_id, attempt_id, event_type, from_state, to_st
 SELECT id, $2, 'transitioned', 'claimed', 'in_progress', $3 FROM unit;
 
 -- name: ledger_cost
--- Cost on an attempt and its unit, with its event. $1 attempt, $2 agent, $3 cents.
+-- Cost on an attempt and its unit, with its cost record and event. $1 attempt, $2 agent,
+-- $3 cents.
 WITH attempt AS (
     UPDATE work_unit_attempts SET cost_cents = cost_cents + $3 WHERE id = $1 RETURNING unit_id
+), record AS (
+    INSERT INTO cost_records (attempt_id, unit_id, cost_cents, recorded_by)
+    SELECT $1, unit_id, $3, $2 FROM attempt
 ), unit AS (
     UPDATE work_units AS u SET cost_cents = u.cost_cents + $3
     FROM attempt AS a

@@ -27,6 +27,7 @@ from typing import Any
 import asyncpg
 import psutil
 
+from bench.claims import NO_COST_DETAIL
 from work_ledger.db.connect import connect, ensure_database, with_database
 from work_ledger.db.migrate import apply_migrations
 from work_ledger.db.queries import QUERIES
@@ -47,7 +48,7 @@ async def _life(conn: asyncpg.Connection, agent: str) -> bool:
         return False
     unit, attempt = row["unit"]["id"], row["attempt"]["id"]
     await conn.fetchrow(QUERIES["start_unit"], unit, ["claimed"], agent, attempt, agent)
-    await conn.fetchrow(QUERIES["record_cost"], attempt, 125, agent, agent)
+    await conn.fetchrow(QUERIES["record_cost"], attempt, 125, agent, agent, *NO_COST_DETAIL)
     verify = (unit, ["in_progress"], agent, attempt, EVIDENCE.format(unit), {}, agent)
     await conn.fetchrow(QUERIES["verify_unit"], *verify)
     await conn.fetchrow(QUERIES["dispose_verified_unit"], unit, agent, attempt, None, None, agent)

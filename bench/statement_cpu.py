@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.claims import EVIDENCE, LEASE_SECONDS, RAW, seed_ledger
+from bench.claims import EVIDENCE, LEASE_SECONDS, NO_COST_DETAIL, RAW, seed_ledger
 from bench.harness import Server, load_average, start_embedded
 from work_ledger.db.connect import connect
 from work_ledger.db.queries import QUERIES
@@ -73,7 +73,7 @@ LIFE: dict[str, dict[str, Step]] = {
     "product": {
         "claim": lambda a, u, t: (QUERIES["claim_next_unit"], (a, None, LEASE_SECONDS)),
         "start": lambda a, u, t: (QUERIES["start_unit"], (u, ["claimed"], a, t, a)),
-        "cost": lambda a, u, t: (QUERIES["record_cost"], (t, 125, a, a)),
+        "cost": lambda a, u, t: (QUERIES["record_cost"], (t, 125, a, a, *NO_COST_DETAIL)),
         "verify": lambda a, u, t: (
             QUERIES["verify_unit"],
             (u, ["in_progress"], a, t, EVIDENCE, {}, a),
