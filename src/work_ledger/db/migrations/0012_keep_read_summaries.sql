@@ -137,10 +137,7 @@ $$;
 
 -- A changed unit leaves the keys of its old row (sign -1) and enters those of its new one
 -- (+1): one upsert of deltas per tally table, the keys in one order for every writer (no
--- deadlock), this backend's stripe. A row trigger: the write path changes one unit per
--- statement, and a statement trigger's transition tables cost more for one row. (A raw
--- UPDATE of many units of one key pays for the chain of versions it leaves in its tally
--- row; for a mass edit, disable the trigger and run wl_rebuild_read_summaries() after.)
+-- deadlock), this backend's stripe. On INSERT, OLD is null and only the new row counts.
 -- The trigger's WHEN skips what changes nothing counted (a heartbeat). Row triggers AFTER
 -- the statement see all of it: the claim's own supersede of the previous attempt included.
 -- first/last_disposed_at only widen; a disposed unit leaving its key is looked up again.
@@ -163,6 +160,7 @@ BEGIN
                   (cardinality(NEW.evidence_urls) = 0)::integer, NEW.disposed_at))
          AS d (domain, state, disposition, units, attempted, reworked, attempts, cost,
                without_evidence, disposed)
+    WHERE d.domain IS NOT NULL
     GROUP BY d.domain, d.state, d.disposition
     ORDER BY d.domain, d.state, d.disposition
     ON CONFLICT ON CONSTRAINT unit_tallies_key DO UPDATE
@@ -174,6 +172,9 @@ BEGIN
         units_without_evidence = t.units_without_evidence + excluded.units_without_evidence,
         first_disposed_at = least(t.first_disposed_at, excluded.first_disposed_at),
         last_disposed_at = greatest(t.last_disposed_at, excluded.last_disposed_at);
+    IF TG_OP = 'INSERT' THEN
+        RETURN NULL;
+    END IF;
     IF OLD.disposed_at IS NOT NULL AND (OLD.domain, OLD.state, OLD.disposition)
                                        IS DISTINCT FROM (NEW.domain, NEW.state, NEW.disposition) THEN
         -- A raw edit of a disposed unit's domain (dispositions are final).
@@ -274,37 +275,9 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- New units are counted per statement, not per row: a registration of a thousand units
--- (or a bulk INSERT) upserts each key once, where a row trigger would update one tally row
--- a thousand times in one transaction, each update walking the chain of versions the
--- transaction left before it. (A new unit is ready with nothing spent, unit_registered_ready,
--- but the sums are taken in full, so whatever a raw INSERT writes is counted as it is.)
-CREATE FUNCTION wl_tally_units_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO wl_unit_tallies AS t
-    SELECT n.domain, n.state, n.disposition, wl_tally_stripe(16), count(*),
-           count(*) FILTER (WHERE n.attempt_count > 0), count(*) FILTER (WHERE n.attempt_count > 1),
-           coalesce(sum(n.attempt_count), 0), coalesce(sum(n.cost_cents), 0),
-           count(*) FILTER (WHERE cardinality(n.evidence_urls) = 0),
-           min(n.disposed_at), max(n.disposed_at)
-    FROM new_units AS n
-    GROUP BY n.domain, n.state, n.disposition
-    ORDER BY n.domain, n.state, n.disposition
-    ON CONFLICT ON CONSTRAINT unit_tallies_key DO UPDATE
-    SET units = t.units + excluded.units,
-        attempted_units = t.attempted_units + excluded.attempted_units,
-        reworked_units = t.reworked_units + excluded.reworked_units,
-        attempts = t.attempts + excluded.attempts,
-        cost_cents = t.cost_cents + excluded.cost_cents,
-        units_without_evidence = t.units_without_evidence + excluded.units_without_evidence,
-        first_disposed_at = least(t.first_disposed_at, excluded.first_disposed_at),
-        last_disposed_at = greatest(t.last_disposed_at, excluded.last_disposed_at);
-    RETURN NULL;
-END $$;
-
 CREATE TRIGGER read_summaries_on_insert
-    AFTER INSERT ON work_units REFERENCING NEW TABLE AS new_units
-    FOR EACH STATEMENT EXECUTE FUNCTION wl_tally_units_inserted();
+    AFTER INSERT ON work_units
+    FOR EACH ROW EXECUTE FUNCTION wl_tally_unit();
 CREATE TRIGGER read_summaries_on_update
     AFTER UPDATE ON work_units
     FOR EACH ROW
