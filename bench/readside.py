@@ -35,7 +35,7 @@ from typing import Any
 import asyncpg
 
 from work_ledger.db.connect import connect, ensure_database, with_database
-from work_ledger.db.migrate import apply_migrations
+from work_ledger.db.migrate import apply_migrations, load_migrations
 from work_ledger.db.queries import parse_named_sql
 from work_ledger.readside.gauges import read_gauges
 
@@ -109,7 +109,9 @@ async def fill(admin_url: str, *, units: int, events_per_unit: int, through: int
     conn = await connect(url)
     timings: dict[str, float] = {}
     try:
-        await apply_migrations(conn, through=through)
+        await apply_migrations(
+            conn, migrations=[m for m in load_migrations() if m.version <= through]
+        )
         await conn.execute("SELECT set_config('wl_bench.units', $1, false)", str(units))
         await conn.execute(
             "SELECT set_config('wl_bench.events_per_unit', $1, false)", str(events_per_unit)
