@@ -48,6 +48,8 @@ class Settings:
     # without session state (no named prepared statements).
     direct_database_url: str | None = None
     migrate_lock_timeout: float = DEFAULT_MIGRATE_LOCK_TIMEOUT  # seconds
+    # The embedded server's WAL, streamed here (another disk) before a commit is acknowledged.
+    wal_mirror: Path | None = None
 
 
 def _flag(name: str) -> bool:
@@ -107,6 +109,9 @@ def load_settings() -> Settings:
         read_database_url=os.environ.get("WL_READ_DATABASE_URL") or None,
         metrics_token=_flag("WL_METRICS_TOKEN"),
         docs=_flag("WL_DOCS"),
+        wal_mirror=Path(os.environ["WL_WAL_MIRROR"]).expanduser()
+        if os.environ.get("WL_WAL_MIRROR")
+        else None,
         statement_timeout=_positive_seconds("WL_STATEMENT_TIMEOUT", DEFAULT_STATEMENT_TIMEOUT),
         max_attempts=_max_attempts(),
         direct_database_url=os.environ.get("WL_DIRECT_DATABASE_URL") or None,

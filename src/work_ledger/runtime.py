@@ -11,7 +11,7 @@ from work_ledger.db.migrate import applied_versions, apply_migrations, load_migr
 from work_ledger.db.session import require_session
 from work_ledger.db.store import Store
 from work_ledger.errors import Unavailable
-from work_ledger.readside.roles import store_settings
+from work_ledger.readside.pool import store_settings
 from work_ledger.service.ledger import Ledger
 
 

@@ -26,7 +26,7 @@ SERVER_SIDE = (
     "work_ledger.service.tokens",
     "work_ledger.service.idempotency",
     "work_ledger.projection",
-    "work_ledger.readside.roles",
+    "work_ledger.readside",
     "work_ledger.mcp",
     "work_ledger.cli.server",
     "work_ledger.cli.tokens",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import shutil
 import signal
 from dataclasses import dataclass
@@ -150,6 +151,38 @@ def build_pair(base: Path, *, synchronous: bool) -> Pair:
     _configure(standby, port=str(standby.port), synchronous_standby_names="")
     standby.start()
     return Pair(primary, standby, synchronous)
+
+
+def build_server(base: Path, name: str, **settings: str) -> Node:
+    """One running server under `base` (trust on 127.0.0.1, as the pair's), with `settings`."""
+    base.mkdir(parents=True, exist_ok=True)
+    _own(base)
+    node = Node(base / name, free_port())
+    _pg("initdb", "-D", str(node.pgdata), "-U", "postgres", "--auth=trust", "-E", "utf8")
+    _configure(
+        node,
+        listen_addresses="127.0.0.1",
+        port=str(node.port),
+        unix_socket_directories="",
+        **settings,
+    )
+    node.start()
+    return node
+
+
+def recovering(base_backup: Path, pgdata: Path, **settings: str) -> Node:
+    """A copy of `base_backup` at `pgdata` set to recover (recovery.signal and `settings`,
+    e.g. restore_command) on a port of its own, as an operator lays one out by hand."""
+    shutil.copytree(base_backup, pgdata)
+    node = Node(pgdata, free_port())
+    _configure(node, port=str(node.port), **settings)
+    (pgdata / "recovery.signal").touch()
+    pgdata.chmod(0o700)
+    for folder, _, files in os.walk(pgdata):
+        _own(Path(folder))
+        for file in files:
+            _own(Path(folder) / file)
+    return node
 
 
 def remove(base: Path) -> None:

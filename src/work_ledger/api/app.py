@@ -36,7 +36,7 @@ from work_ledger.api.routes import (
 from work_ledger.api.writes import refusal_outcome
 from work_ledger.config import Settings
 from work_ledger.db.connect import resolve_database_url
-from work_ledger.readside.roles import read_pool
+from work_ledger.readside.pool import read_pool
 from work_ledger.runtime import open_ledger
 from work_ledger.service.idempotency import IdempotencyStore
 from work_ledger.service.keyed import KeyedWrites

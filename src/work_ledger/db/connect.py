@@ -38,8 +38,10 @@ async def ensure_database(admin_url: str, database: str, template: str | None = 
         if not exists:
             quoted = '"' + database.replace('"', '""') + '"'
             clause = "" if template is None else ' TEMPLATE "' + template.replace('"', '""') + '"'
-            # Another process may create it between our look and our create.
-            with contextlib.suppress(asyncpg.DuplicateDatabaseError):
+            # Another process may create it between our look and our create (its commit not
+            # yet visible, e.g. while it waits for a synchronous standby: then the catalog's
+            # unique index refuses ours).
+            with contextlib.suppress(asyncpg.DuplicateDatabaseError, asyncpg.UniqueViolationError):
                 await conn.execute(f"CREATE DATABASE {quoted}{clause}")
     finally:
         await conn.close()
@@ -49,7 +51,7 @@ async def resolve_database_url(settings: Settings) -> str:
     """WL_DATABASE_URL if set; otherwise the embedded server's ledger database."""
     if settings.database_url:
         return settings.database_url
-    admin_url = embedded_server_url(settings.home)
+    admin_url = embedded_server_url(settings.home, wal_mirror=settings.wal_mirror)
     await ensure_database(admin_url, DATABASE_NAME)
     return with_database(admin_url, DATABASE_NAME)
 

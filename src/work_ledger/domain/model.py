@@ -288,7 +288,7 @@ class Actor:
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    unit_id: uuid.UUID
+    unit_id: uuid.UUID | None  # None: a kept summary of the read side, not one unit
     external_ref: str
     rule: str
     detail: str

@@ -35,6 +35,7 @@ from urllib.parse import quote
 
 import psutil
 
+from work_ledger.embedded import walmirror
 from work_ledger.embedded.holders import Holder, live_holders, write_holders
 from work_ledger.embedded.owner import DbUser, database_user
 from work_ledger.embedded.programs import program
@@ -50,17 +51,22 @@ _START_SECONDS = 120
 _HBA = (
     "# work-ledger: local socket only, every role by password (SCRAM); no TCP listener.\n"
     "local all all scram-sha-256\n"
+    "# pg_basebackup (backup --base) and pg_receivewal (WL_WAL_MIRROR), the superuser only.\n"
+    f"local replication {SUPERUSER} scram-sha-256\n"
 )
 
 _attached: dict[Path, str] = {}
 
 
-def embedded_server_url(home: Path, *, delete_on_exit: bool = False) -> str:
+def embedded_server_url(
+    home: Path, *, delete_on_exit: bool = False, wal_mirror: Path | None = None
+) -> str:
     """Start (or attach to) the embedded server under `home` and return its admin URL.
 
     The process stays recorded as a holder until it exits; the last holder stops the
     server. `delete_on_exit` removes the data when that happens (throwaway servers such as
-    the test suite's)."""
+    the test suite's). `wal_mirror`: a folder that receives the WAL before each commit is
+    acknowledged (walmirror.py), from a server started here on."""
     home = home.expanduser().resolve()
     pgdata = home / "pgdata"
     if pgdata in _attached:
@@ -70,8 +76,10 @@ def embedded_server_url(home: Path, *, delete_on_exit: bool = False) -> str:
     with _locked(home):
         user = database_user(pgdata)
         _initialise(home, pgdata, user)
-        socket_dir = _running_socket_dir(pgdata) or _start(pgdata, user)
+        socket_dir = _running_socket_dir(pgdata) or _start(pgdata, user, wal_mirror)
         _secure_legacy(home, pgdata, user, socket_dir)
+        if wal_mirror is not None:
+            walmirror.start(home, wal_mirror.expanduser().resolve(), socket_dir, SUPERUSER)
         write_holders(home / HOLDERS_RECORD, [*live_holders(home / HOLDERS_RECORD), me])
     atexit.register(_detach, home, me, delete_on_exit)
     url = (
@@ -156,9 +164,11 @@ def _running_socket_dir(pgdata: Path) -> Path | None:
     return socket_dir if (socket_dir / _SOCKET).exists() else None
 
 
-def _start(pgdata: Path, user: DbUser) -> Path:
+def _start(pgdata: Path, user: DbUser, wal_mirror: Path | None) -> Path:
     socket_dir = _socket_dir(pgdata, user)
     options = f"-h '' -k {shlex.quote(str(socket_dir))} -c unix_socket_permissions=0700"
+    if wal_mirror is not None:
+        options += f" {walmirror.SERVER_OPTIONS}"
     argv = [str(program("pg_ctl")), "-D", str(pgdata), "-w", "-t", str(_START_SECONDS)]
     argv += ["-l", str(pgdata / "log"), "-o", options, "start"]
     _run_as_db(user, pgdata, argv)
@@ -215,9 +225,10 @@ def _detach(home: Path, me: Holder, delete: bool) -> None:
             pg_ctl(pgdata, "-w", "-m", "fast", "stop")
             if socket_dir != pgdata:
                 shutil.rmtree(socket_dir, ignore_errors=True)
+        walmirror.stop(home)  # once the server has streamed it all, or is gone
         if delete:
             shutil.rmtree(pgdata, ignore_errors=True)
-            for name in (PASSFILE, HOLDERS_RECORD):
+            for name in (PASSFILE, HOLDERS_RECORD, walmirror.LOG_FILE):
                 (home / name).unlink(missing_ok=True)
     _attached.pop(pgdata, None)
     if delete:
