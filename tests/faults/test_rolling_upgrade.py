@@ -53,7 +53,7 @@ class Fleet(httpx.AsyncBaseTransport):
         self.inner = httpx.AsyncHTTPTransport(retries=0)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        for _ in range(40):
+        for _ in range(200):  # 10 s: a loaded machine may be slow to accept
             url = httpx.URL(self.live[next(self.turns) % len(self.live)])
             request.url = request.url.copy_with(host=url.host, port=url.port)
             try:
