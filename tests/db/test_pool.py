@@ -81,9 +81,14 @@ async def test_a_refused_statement_in_a_transaction_leaves_it_usable(
         store = Store(pool)
         async with store.transaction() as conn:
             inside = store.on(conn, savepoints=True)
-            await inside.fetch("register_units", ["p1"], ["f"], ["d"], [None], "op")
+            no_requirements = ([5], [], [], [])  # max_attempts, then no requirement edges
+            await inside.fetch(
+                "register_units", ["p1"], ["f"], ["d"], [None], "op", *no_requirements
+            )
             with pytest.raises(InvalidInput):  # PostgreSQL's text cannot hold a NUL
-                await inside.fetch("register_units", ["p\x002"], ["f"], ["d"], [None], "op")
+                await inside.fetch(
+                    "register_units", ["p\x002"], ["f"], ["d"], [None], "op", *no_requirements
+                )
         assert await raw.fetchval("SELECT count(*) FROM work_units WHERE external_ref = 'p1'")
     finally:
         await pool.close()
