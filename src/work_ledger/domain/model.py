@@ -117,7 +117,9 @@ def _from_record(cls: type[Any], record: Any) -> Any:
 # Unit, Attempt and Question are read from their table's row values (`u AS unit`, arrays of
 # them), whose fields come in the table's column order. Each dataclass declares its fields
 # in that order (tests/db/test_schema.py checks), so it is built by position: half the
-# cost of by name, on every write's answer. A row of another length is refused (TypeError).
+# cost of by name, on every write's answer. It takes the row's first fields only: a column
+# that the next release adds comes last (ALTER TABLE ADD COLUMN appends), and this release
+# must keep serving while that release rolls out (docs/postgresql.md, expand/contract).
 _STATES = {state.value: state for state in State}
 _DISPOSITIONS = {disposition.value: disposition for disposition in Disposition}
 _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
@@ -150,11 +152,14 @@ class Unit:
 
     @classmethod
     def from_record(cls, record: Any) -> Unit:
-        unit = cls(*record)
+        unit = cls(*record[:_UNIT_FIELDS])
         object.__setattr__(unit, "state", _STATES[unit.state])
         if unit.disposition is not None:
             object.__setattr__(unit, "disposition", _DISPOSITIONS[unit.disposition])
         return unit
+
+
+_UNIT_FIELDS = len(Unit.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,10 +180,13 @@ class Attempt:
 
     @classmethod
     def from_record(cls, record: Any) -> Attempt:
-        attempt = cls(*record)
+        attempt = cls(*record[:_ATTEMPT_FIELDS])
         if attempt.outcome is not None:
             object.__setattr__(attempt, "outcome", _OUTCOMES[attempt.outcome])
         return attempt
+
+
+_ATTEMPT_FIELDS = len(Attempt.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,9 +206,12 @@ class Question:
 
     @classmethod
     def from_record(cls, record: Any) -> Question:
-        question = cls(*record)
+        question = cls(*record[:_QUESTION_FIELDS])
         object.__setattr__(question, "status", _QUESTION_STATUSES[question.status])
         return question
+
+
+_QUESTION_FIELDS = len(Question.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +288,7 @@ class Actor:
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    unit_id: uuid.UUID
+    unit_id: uuid.UUID | None  # None: a kept summary of the read side, not one unit
     external_ref: str
     rule: str
     detail: str

@@ -1,6 +1,7 @@
 -- name: audit_ledger
 -- Replays the event log against the tables and re-checks every invariant, set-based.
 -- One row per violation: (unit id, external_ref, rule, detail). No rows: the ledger is sound.
+-- A kept summary that differs from the tables is one row too, unit id null.
 WITH transitions AS (
     SELECT e.unit_id, e.id, e.event_type, e.from_state, e.to_state,
            lag(e.to_state) OVER (PARTITION BY e.unit_id ORDER BY e.id) AS previous_state,
@@ -140,4 +141,11 @@ WITH transitions AS (
 )
 SELECT v.unit_id, u.external_ref, v.rule, v.detail
 FROM violations AS v JOIN work_units AS u ON u.id = v.unit_id
-ORDER BY u.external_ref, v.rule;
+UNION ALL
+-- The read side's kept summaries (migration 0012) against a scan of the tables; a row
+-- names no unit. The repair: SELECT wl_rebuild_read_summaries().
+SELECT NULL, '(summary)', 'read_summary_exact',
+       format('%s %s keeps %s but the tables say %s; run SELECT wl_rebuild_read_summaries()',
+              d.summary, d.key, coalesce(d.kept, 'nothing'), coalesce(d.actual, 'nothing'))
+FROM wl_read_summary_drift() AS d
+ORDER BY external_ref, rule;
