@@ -71,11 +71,6 @@ async def test_connections_the_server_dropped_are_replaced(
         await pool.close()
 
 
-def _batch(ref: str) -> tuple[object, ...]:
-    """register_units' arguments for one unit with no prerequisites (units.sql)."""
-    return [ref], ["f"], ["d"], [None], "op", [5], [], [], []
-
-
 async def test_a_refused_statement_in_a_transaction_leaves_it_usable(
     database_url: str, raw: asyncpg.Connection
 ) -> None:
@@ -86,9 +81,14 @@ async def test_a_refused_statement_in_a_transaction_leaves_it_usable(
         store = Store(pool)
         async with store.transaction() as conn:
             inside = store.on(conn, savepoints=True)
-            await inside.fetch("register_units", *_batch("p1"))
+            no_requirements = ([5], [], [], [])  # max_attempts, then no requirement edges
+            await inside.fetch(
+                "register_units", ["p1"], ["f"], ["d"], [None], "op", *no_requirements
+            )
             with pytest.raises(InvalidInput):  # PostgreSQL's text cannot hold a NUL
-                await inside.fetch("register_units", *_batch("p\x002"))
+                await inside.fetch(
+                    "register_units", ["p\x002"], ["f"], ["d"], [None], "op", *no_requirements
+                )
         assert await raw.fetchval("SELECT count(*) FROM work_units WHERE external_ref = 'p1'")
     finally:
         await pool.close()
