@@ -21,6 +21,9 @@ DEFAULT_POOL_SIZE = 8
 # A hung server or network must turn into an error the caller can act on (503), not a
 # request that never answers. Every ledger statement is an index lookup or a short scan.
 DEFAULT_STATEMENT_TIMEOUT = 30.0
+# How long a migration waits for its lock before failing with the name of what holds it:
+# a transaction left open must not hang a replica's start-up without a word.
+DEFAULT_MIGRATE_LOCK_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,14 @@ class Settings:
     read_database_url: str | None = None
     metrics_token: bool = False  # GET /metrics takes a token (any role) when set
     docs: bool = False  # serve /docs (Swagger UI, loaded from a CDN) when set
+    max_attempts: int = 5  # a unit's attempt limit when its registration names none
+    # Set when database_url goes through a transaction pooler (PgBouncer): the URL that
+    # reaches PostgreSQL itself, for LISTEN and migrations. database_url is then used
+    # without session state (no named prepared statements).
+    direct_database_url: str | None = None
+    migrate_lock_timeout: float = DEFAULT_MIGRATE_LOCK_TIMEOUT  # seconds
+    # The embedded server's WAL, streamed here (another disk) before a commit is acknowledged.
+    wal_mirror: Path | None = None
 
 
 def _flag(name: str) -> bool:
@@ -98,5 +109,20 @@ def load_settings() -> Settings:
         read_database_url=os.environ.get("WL_READ_DATABASE_URL") or None,
         metrics_token=_flag("WL_METRICS_TOKEN"),
         docs=_flag("WL_DOCS"),
+        wal_mirror=Path(os.environ["WL_WAL_MIRROR"]).expanduser()
+        if os.environ.get("WL_WAL_MIRROR")
+        else None,
         statement_timeout=_positive_seconds("WL_STATEMENT_TIMEOUT", DEFAULT_STATEMENT_TIMEOUT),
+        max_attempts=_max_attempts(),
+        direct_database_url=os.environ.get("WL_DIRECT_DATABASE_URL") or None,
+        migrate_lock_timeout=_positive_seconds(
+            "WL_MIGRATE_LOCK_TIMEOUT", DEFAULT_MIGRATE_LOCK_TIMEOUT
+        ),
     )
+
+
+def _max_attempts() -> int:
+    value = _int("WL_MAX_ATTEMPTS", 5)
+    if not 1 <= value <= 100:
+        raise SystemExit(f"WL_MAX_ATTEMPTS must be between 1 and 100, not {value}")
+    return value

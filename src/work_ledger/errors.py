@@ -6,13 +6,19 @@ reader that acts on it, often an LLM agent: what was refused, why, and what to d
 
     WorkLedgerError
     ├── InvalidInput            422 malformed or out-of-bounds input
-    │   └── IdempotencyKeyReused 422 same Idempotency-Key, different request
+    │   ├── IdempotencyKeyReused 422 same Idempotency-Key, different request
+    │   ├── UnknownPrerequisite 422 a `requires` entry names no unit
+    │   └── PrerequisiteCycle   422 the requirements would make a cycle
     ├── Unauthorized            401 missing, unknown or revoked token
     ├── Forbidden               403 the token's role may not do this
     │   └── NotHolder           403 the unit is held by another agent
     ├── NotFound                404 unknown unit, attempt or question
     ├── InvariantViolation      409 a ledger rule refused the change (names `invariant`)
-    │   └── AttemptSuperseded   409 the attempt written against is no longer live
+    │   ├── AttemptSuperseded   409 the attempt written against is no longer live
+    │   ├── PrerequisitesUnfinished 409 a waiting unit cannot be claimed yet
+    │   ├── AttemptLimitReached 409 the unit used its allowed attempts
+    │   ├── BudgetExhausted     409 the fleet's (or domain's) budget is spent
+    │   └── ExternalRefTaken    409 a split's child ref is already registered
     ├── PayloadTooLarge         413
     ├── RateLimited             429 too many failed authentications (Retry-After)
     └── Unavailable             503 the database cannot be reached
@@ -94,6 +100,36 @@ class InvariantViolation(WorkLedgerError):
 class AttemptSuperseded(InvariantViolation):
     code = "attempt_superseded"
     title = "The attempt is no longer live"
+
+
+class UnknownPrerequisite(InvalidInput):
+    code = "unknown_prerequisite"
+    title = "Unknown prerequisite"
+
+
+class PrerequisiteCycle(InvalidInput):
+    code = "prerequisite_cycle"
+    title = "The requirements would make a cycle"
+
+
+class PrerequisitesUnfinished(InvariantViolation):
+    code = "prerequisites_unfinished"
+    title = "The unit waits on unfinished prerequisites"
+
+
+class AttemptLimitReached(InvariantViolation):
+    code = "attempt_limit_reached"
+    title = "The unit used its allowed attempts"
+
+
+class BudgetExhausted(InvariantViolation):
+    code = "budget_exhausted"
+    title = "The budget of this scope is spent"
+
+
+class ExternalRefTaken(InvariantViolation):
+    code = "external_ref_taken"
+    title = "The external_ref is already registered"
 
 
 class PayloadTooLarge(WorkLedgerError):

@@ -33,6 +33,7 @@ ACTIONS: dict[str, tuple[str, dict[str, Any], frozenset[State]]] = {
 # How to bring a fresh unit to each state: the steps after registering it.
 PATHS: dict[State, list[tuple[str, dict[str, Any]]]] = {
     State.READY: [],
+    State.WAITING: [],  # registered requiring an unfinished unit (_unit_in)
     State.CLAIMED: [("claim", {})],
     State.IN_PROGRESS: [("claim", {}), ("transition", {"to": "in_progress"})],
     State.BLOCKED: [
@@ -59,7 +60,13 @@ async def _unit_in(api: Api, token: str, state: State, n: int) -> tuple[httpx.As
     """A fresh unit in `state`, and an operator client acting as its own sub-agent."""
     client = api.client(token, **{"X-WL-Agent": f"op/cell{n}"})
     ref = f"cell/{n}"
-    response = await client.post("/units", json={"units": [{"external_ref": ref, "fleet": "f"}]})
+    unit: dict[str, Any] = {"external_ref": ref, "fleet": "f"}
+    if state is State.WAITING:
+        unit["requires"] = [f"{ref}/lib"]
+    units = (
+        [unit, {"external_ref": f"{ref}/lib", "fleet": "f"}] if state is State.WAITING else [unit]
+    )
+    response = await client.post("/units", json={"units": units})
     assert response.status_code == 200, response.text
     for verb, body in PATHS[state]:
         response = await client.post(f"/units/{ref}/{verb}", json=body)
@@ -97,5 +104,7 @@ async def test_named_claim_from_every_state(api: Api) -> None:
         elif state in (State.CLAIMED, State.IN_PROGRESS, State.BLOCKED):
             refused = assert_refused(response, "unit_claimed_only_when_claimable")
             assert f"held by op/cell{n}" in refused["detail"]
+        elif state is State.WAITING:
+            assert_refused(response, "prerequisites_unfinished")
         else:
             assert_refused(response, "unit_state_transition_allowed")

@@ -26,7 +26,7 @@ SERVER_SIDE = (
     "work_ledger.service.tokens",
     "work_ledger.service.idempotency",
     "work_ledger.projection",
-    "work_ledger.readside.roles",
+    "work_ledger.readside",
     "work_ledger.mcp",
     "work_ledger.cli.server",
     "work_ledger.cli.tokens",
@@ -57,10 +57,14 @@ def served(database_url: str, tmp_path: Path) -> Iterator[LedgerServer]:
         running.stop()
 
 
-def imported(server: LedgerServer, tmp_path: Path, *args: str) -> tuple[int, str, set[str]]:
-    """Run `work-ledger ARGS` under -X importtime: (exit code, stdout, modules imported)."""
+def imported(
+    server: LedgerServer, tmp_path: Path, *args: str, token: str | None = None
+) -> tuple[int, str, set[str]]:
+    """Run `work-ledger ARGS` under -X importtime (an agent's token unless `token` is
+    given): (exit code, stdout, modules imported)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WL_")}
-    env.update(WL_URL=server.url, WL_TOKEN=server.token("agent", "importer"), WL_HOME=str(tmp_path))
+    token = token or server.token("agent", "importer")
+    env.update(WL_URL=server.url, WL_TOKEN=token, WL_HOME=str(tmp_path))
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", CLI, *args],
         env=env,
@@ -110,4 +114,16 @@ def test_run_imports_neither_server_mcp_typer_nor_rich(
     code, _, modules = imported(served, tmp_path, "run", "--", sys.executable, "-c", "pass")
     assert code == 0
     assert "work_ledger.cli.run" in modules
+    assert among(modules, SERVER_SIDE + DRAWING + TYPER) == []
+
+
+def test_budget_list_json_imports_neither_server_mcp_typer_nor_rich(
+    served: LedgerServer, tmp_path: Path
+) -> None:
+    """`budget list --json` (an operator verb of DESIGN §12): the SDK only."""
+    operator = served.token("operator", "op")
+    code, out, modules = imported(served, tmp_path, "budget", "list", "--json", token=operator)
+    assert code == 0, out
+    assert json.loads(out) == {"items": []}
+    assert "work_ledger.cli.budget" in modules
     assert among(modules, SERVER_SIDE + DRAWING + TYPER) == []

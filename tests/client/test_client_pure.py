@@ -13,6 +13,7 @@ import work_ledger.client
 from work_ledger.client import Unit, UnitDetail
 from work_ledger.client import _calls as calls
 from work_ledger.client._endpoints import Endpoints
+from work_ledger.client._sending import Sending
 from work_ledger.client._work import lease_of
 from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
 from work_ledger.client.models import Claim
@@ -151,7 +152,7 @@ class _Policy:
 
 def test_sending_builds_the_request_of_a_write() -> None:
     """A write sends its JSON and Idempotency-Key; its timeout adds the long-poll wait."""
-    sending = calls.Sending(calls.claim_next("orders", None, 5, "k-1"), _Policy())
+    sending = Sending(calls.claim_next("orders", None, 5, "k-1"), _Policy())
     assert sending.request == {
         "method": "POST",
         "url": "http://ledger.test/units/claim",
@@ -164,7 +165,7 @@ def test_sending_builds_the_request_of_a_write() -> None:
 
 def test_sending_retries_503_until_the_last_try() -> None:
     """503 and an in-flight key are retried; the last try's answer is final whatever it is."""
-    sending = calls.Sending(calls.get_unit("u/1"), _Policy(retries=1))
+    sending = Sending(calls.get_unit("u/1"), _Policy(retries=1))
     assert sending.request["url"] == "http://ledger.test/units/u%2F1"
     assert not sending.answered(503, b"")
     assert not sending.answered(409, b'{"code": "idempotency_key_in_flight"}')
@@ -177,7 +178,7 @@ def test_sending_retries_503_until_the_last_try() -> None:
 
 def test_sending_parses_answers_and_errors() -> None:
     """A 2xx parses into its model; anything else raises the server's typed error."""
-    sending = calls.Sending(calls.health("/healthz"), _Policy())
+    sending = Sending(calls.health("/healthz"), _Policy())
     assert sending.result(200, b'{"status": "ok"}') == {"status": "ok"}
     with pytest.raises(AttemptSuperseded):
         sending.result(409, problem(code="attempt_superseded", detail="lost"))
@@ -185,7 +186,7 @@ def test_sending_parses_answers_and_errors() -> None:
 
 def test_sending_raises_unreachable_on_the_last_connection_error() -> None:
     """A connection error is retried, and names the URL and the tries on the last one."""
-    sending = calls.Sending(calls.health("/healthz"), _Policy(retries=1))
+    sending = Sending(calls.health("/healthz"), _Policy(retries=1))
     sending.failed(ConnectionError("refused"))
     sending.delay()
     with pytest.raises(Unreachable, match=r"http://ledger\.test .* after 2 tries"):

@@ -13,6 +13,7 @@ import trustme
 from work_ledger.client import AsyncClient, Client
 from work_ledger.client import _calls as calls
 from work_ledger.client._endpoints import Endpoints, parse_urls, tls_verify
+from work_ledger.client._sending import Sending
 from work_ledger.client.errors import ClientMisconfigured, Unreachable
 
 
@@ -50,7 +51,7 @@ def test_parse_urls_refuses_what_is_not_a_base_url(raw: str, why: str) -> None:
 
 def test_sending_moves_to_the_next_url_at_once_with_the_same_key() -> None:
     """A connection error moves the write to the next URL, no pause, same Idempotency-Key."""
-    sending = calls.Sending(calls.heartbeat("att-1", None, "k-9"), _Policy())
+    sending = Sending(calls.heartbeat("att-1", None, "k-9"), _Policy())
     assert sending.request["url"] == "http://a:1/attempts/att-1/heartbeat"
     sending.failed(ConnectionError("refused"))
     assert sending.delay() == 0.0
@@ -60,7 +61,7 @@ def test_sending_moves_to_the_next_url_at_once_with_the_same_key() -> None:
 
 def test_sending_backs_off_once_every_url_failed() -> None:
     """After a full round of failures it backs off, then raises Unreachable naming every URL."""
-    sending = calls.Sending(calls.health("/healthz"), _Policy())
+    sending = Sending(calls.health("/healthz"), _Policy())
     assert not sending.answered(503, b"")
     assert sending.delay() == 0.0
     sending.failed(ConnectionError("refused"))
@@ -73,7 +74,7 @@ def test_sending_backs_off_once_every_url_failed() -> None:
 
 def test_sending_waits_out_an_in_flight_key_on_the_same_url() -> None:
     """A key in flight lives in the shared database: the retry backs off, it does not move."""
-    sending = calls.Sending(calls.health("/healthz"), _Policy())
+    sending = Sending(calls.health("/healthz"), _Policy())
     assert not sending.answered(409, b'{"code": "idempotency_key_in_flight"}')
     assert sending.delay() > 0
     assert sending.request["url"] == "http://a:1/healthz"

@@ -101,7 +101,7 @@ def test_claim_exception_releases_unit_failed(operator: Client, agent: Client) -
 def test_claim_nothing_claimable_raises(agent: Client) -> None:
     """An empty ledger: claim raises NothingToClaim."""
     with pytest.raises(NothingToClaim):
-        agent.claim()
+        agent.claim_work()
 
 
 def test_claim_lost_surfaces_superseded(
@@ -110,7 +110,7 @@ def test_claim_lost_surfaces_superseded(
     """A lapsed lease reclaimed by another agent: the next write raises, nothing is released."""
     operator.register([{"external_ref": "u1", "fleet": "f"}])
     slow, other = make_client("agent", "slow"), make_client("agent", "other")
-    work = slow.claim(lease_seconds=1, heartbeat_fraction=30)
+    work = slow.claim_work(lease_seconds=1, heartbeat_fraction=30)
     time.sleep(1.5)
     assert other.claim_next().unit is not None
     with pytest.raises(AttemptSuperseded) as refused, work:
@@ -126,7 +126,7 @@ def test_heartbeat_thread_marks_lost_claim(
     """The background heartbeat finds the claim lost and stops; exiting the block raises it."""
     operator.register([{"external_ref": "u1", "fleet": "f"}])
     slow, other = make_client("agent", "slow"), make_client("agent", "other")
-    work = slow.claim(lease_seconds=1, heartbeat_fraction=2.5)
+    work = slow.claim_work(lease_seconds=1, heartbeat_fraction=2.5)
     time.sleep(1.3)
     assert other.claim_next().unit is not None
     work.start_heartbeat()  # only now: a beat before the rival's claim would renew the lease

@@ -17,6 +17,7 @@ from work_ledger.db.connect import ensure_database, with_database
 from work_ledger.domain.model import NEXT_ACTIONS, TRANSITIONS, Actor, Disposition, NewUnit, State
 from work_ledger.errors import InvariantViolation
 from work_ledger.service.ledger import Ledger
+from work_ledger.service.shape import NewChild
 
 OPERATOR = Actor("operator", privileged=True)
 Snapshot = Callable[[], Awaitable[tuple[object, ...]]]
@@ -39,9 +40,9 @@ ILLEGAL = [(f, t) for f in State for t in State if f is not t and t not in TRANS
 
 
 def test_illegal_pairs_cover_every_refused_move() -> None:
-    """The illegal pairs are the complement of the allowed map: 30 of them."""
+    """The illegal pairs are the complement of the allowed map: 40 of them."""
     allowed = sum(len(targets - {f}) for f, targets in TRANSITIONS.items())
-    assert len(ILLEGAL) == len(State) * (len(State) - 1) - allowed == 30
+    assert len(ILLEGAL) == len(State) * (len(State) - 1) - allowed == 40
 
 
 def _writes_to(ledger: Ledger, ref: str, to: State) -> list[Awaitable[Any]]:
@@ -58,6 +59,8 @@ def _writes_to(ledger: Ledger, ref: str, to: State) -> list[Awaitable[Any]]:
         return [ledger.verify(ref, OPERATOR, "https://ci.example/run/9")]
     if to is State.DONE:
         return [ledger.dispose(ref, Disposition.MIGRATED, OPERATOR)]
+    if to is State.WAITING:
+        return [ledger.split(ref, [NewChild(f"{ref}/part")], OPERATOR)]
     return [
         ledger.dispose(ref, d, OPERATOR)
         for d in (Disposition.DROPPED, Disposition.DEFERRED, Disposition.DEAD)
@@ -78,6 +81,7 @@ async def test_service_refuses_illegal_transition(
             assert refused.value.invariant in (
                 "unit_state_transition_allowed",
                 "unit_claimed_only_when_claimable",
+                "prerequisites_unfinished",
             ), to_state
             assert refused.value.state == from_state
             assert refused.value.allowed == list(NEXT_ACTIONS[from_state])
@@ -423,6 +427,11 @@ async def test_unit_cost_follows_attempt_cost_in_one_transaction(
         await raw.execute(
             "UPDATE work_units SET cost_cents = cost_cents + 7 WHERE id = $1", placed.unit.id
         )
+        await raw.execute(
+            "INSERT INTO cost_records (attempt_id, unit_id, cost_cents)"
+            " SELECT id, unit_id, 7 FROM work_unit_attempts WHERE unit_id = $1",
+            placed.unit.id,
+        )
     cost = await raw.fetchval("SELECT cost_cents FROM work_units WHERE id = $1", placed.unit.id)
     assert cost == 7
 
@@ -468,9 +477,12 @@ async def test_raw_sql_refuses_truncating_units(raw: asyncpg.Connection, units: 
     count = await raw.fetchval("SELECT count(*) FROM work_units")
     with pytest.raises(asyncpg.CheckViolationError) as refused:
         await raw.execute(
-            "TRUNCATE work_units, work_unit_attempts, blocking_questions, work_unit_events"
+            "TRUNCATE work_units, work_unit_attempts, blocking_questions, work_unit_events,"
+            " unit_requirements, cost_records"
         )
     assert refused.value.constraint_name in {
+        "requirements_never_deleted",
+        "cost_records_append_only",
         "units_never_deleted",
         "attempts_never_deleted",
         "questions_never_deleted",

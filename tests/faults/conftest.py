@@ -21,10 +21,12 @@ async def start_server(database_url: str, tmp_path: Path) -> AsyncIterator[Start
     """Start `work-ledger serve` subprocesses over this test's database; stopped afterwards."""
     started: list[Served] = []
 
-    async def start(url: str | None = None, **env: str) -> Served:
+    async def start(
+        url: str | None = None, *, serve_args: tuple[str, ...] = (), **env: str
+    ) -> Served:
         home = tmp_path / f"home-{len(started)}"
         home.mkdir()
-        server = Served(ledger_env(url or database_url, home, **env), home)
+        server = Served(ledger_env(url or database_url, home, **env), home, serve_args=serve_args)
         started.append(server)
         await server.start()
         return server

@@ -17,9 +17,9 @@ import pytest
 
 from support.history import check
 from support.served import StartServer, cli, client, ledger_env, mint
+from support.worked import worked
 from support.workload import Chaos, Recorder, Workload
 from work_ledger.db.connect import DATABASE_NAME, connect, with_database
-from work_ledger.domain.model import Actor, Disposition, NewUnit
 from work_ledger.embedded.server import embedded_server_url
 from work_ledger.service.ledger import Ledger
 from work_ledger.service.tokens import Role
@@ -107,31 +107,12 @@ async def test_backup_under_load_restores_into_a_new_home_with_every_earlier_wri
     assert report.violations == []
 
 
-async def _worked(ledger: Ledger) -> None:
-    """Units in several states: claimed, costed, blocked on a question, verified, done."""
-    operator = Actor("op", privileged=True)
-    await ledger.register([NewUnit(f"x-{i}", "f", "d") for i in range(5)], operator)
-    for i in range(3):
-        agent = Actor(f"agent-{i}", privileged=False)
-        claim = await ledger.claim(agent.name)
-        assert claim.unit is not None
-        assert claim.attempt is not None
-        ref = claim.unit.external_ref
-        await ledger.start(ref, agent)
-        await ledger.record_cost(claim.attempt.id, 100 + i, agent)
-        if i == 0:
-            await ledger.block(ref, agent, "which schema?")
-        else:
-            await ledger.verify(ref, agent, f"https://ci.example/{i}")
-    await ledger.dispose("x-1", Disposition.MIGRATED, operator)
-
-
 async def test_export_is_readable_without_the_ledger(
     ledger: Ledger, database_url: str, raw: asyncpg.Connection, tmp_path: Path
 ) -> None:
     """`export`: four JSON Lines files whose counts and SHA-256 match the manifest and the
     tables, read back with nothing but json and hashlib; an existing DEST is refused."""
-    await _worked(ledger)
+    await worked(ledger)
     env = ledger_env(database_url, tmp_path)
     dest = tmp_path / "export"
     code, out = await cli(env, "export", str(dest))

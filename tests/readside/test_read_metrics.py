@@ -36,7 +36,16 @@ def _gauge(samples: Samples, name: str, **labels: str) -> float:
 
 
 async def _assert_gauges_match_views(samples: Samples, raw: asyncpg.Connection) -> None:
-    states = ("ready", "claimed", "in_progress", "blocked", "verified", "done", "abandoned")
+    states = (
+        "ready",
+        "waiting",
+        "claimed",
+        "in_progress",
+        "blocked",
+        "verified",
+        "done",
+        "abandoned",
+    )
     rows = await raw.fetch("SELECT * FROM v_queue_depth WHERE scope = 'domain'")
     assert len(rows) == 3
     for row in rows:
@@ -159,3 +168,37 @@ async def test_metrics_gauges_are_cached_and_never_read_by_requests(
     metrics.cache_seconds = 0
     fresh = _samples((await client.get("/metrics")).text)
     assert _gauge(fresh, "work_ledger_units", domain="newdomain", state="ready") == 1
+
+
+async def test_metrics_gauge_waiting_units_budgets_and_the_parked(
+    seeded: Ledger, pool: Pool
+) -> None:
+    """A unit held by the DEAD s3, one parked at its attempt limit (1 attempt, released
+    failed), and a budget: each has its gauge, as v_waiting and v_budget say."""
+    operator = Actor("operator", privileged=True)
+    await seeded.set_budget("fleet-a", 1_000, operator)
+    await seeded.register(
+        [
+            NewUnit("held", "fleet-a", "search", requires=("s3",)),
+            NewUnit("parked", "fleet-a", "orders", max_attempts=1),
+        ],
+        operator,
+    )
+    claim = await seeded.claim_named("parked", "agent-p", lease_seconds=60)
+    assert claim.attempt is not None
+    await seeded.release("parked", Actor("agent-p"))
+    metrics = LedgerMetrics()
+    await metrics.refresh(pool)
+    samples = _samples(metrics.render().decode())
+    waiting = "work_ledger_waiting_units"
+    assert _gauge(samples, waiting, domain="search", reason="dead_prerequisite") == 1
+    assert _gauge(samples, waiting, domain="orders", reason="attempt_limit") == 1
+    assert _gauge(samples, waiting, domain="billing", reason="attempt_limit") == 0
+    assert _gauge(samples, "work_ledger_parked_units", domain="orders") == 1
+    assert _gauge(samples, "work_ledger_oldest_dead_held_seconds", domain="search") >= 0
+    spent = _gauge(samples, "work_ledger_budget_spent_cents", fleet="fleet-a", domain="(all)")
+    assert spent == 360  # every cost of the seeded ledger is fleet-a's
+    remaining = _gauge(
+        samples, "work_ledger_budget_remaining_cents", fleet="fleet-a", domain="(all)"
+    )
+    assert remaining == 640

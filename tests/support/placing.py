@@ -33,6 +33,13 @@ class UnitFactory:
     async def place(self, state: State, *, fleet: str = "fleet-a") -> Placed:
         tag = uuid.uuid4().hex[:8]
         ref, agent = f"unit-{state}-{tag}", Actor(f"agent-{tag}")
+        if state is State.WAITING:  # on a prerequisite that is not finished
+            units = [
+                NewUnit(f"{ref}-lib", fleet, "libs"),
+                NewUnit(ref, fleet, "orders", requires=(f"{ref}-lib",)),
+            ]
+            await self.ledger.register(units, OPERATOR)
+            return Placed((await self.ledger.get_unit(ref)).unit, None, agent)
         await self.ledger.register([NewUnit(ref, fleet, "orders")], OPERATOR)
         if state is State.READY:
             return Placed((await self.ledger.get_unit(ref)).unit, None, agent)

@@ -35,12 +35,36 @@ def free_port() -> int:
     global _candidates
     if _candidates is None:  # xdist names the worker in the environment once it runs
         _candidates = itertools.cycle(worker_block(os.environ.get("PYTEST_XDIST_WORKER")))
-    for _ in range(BLOCK):
-        port = next(_candidates)
+    return _first_free(_candidates, BLOCK)
+
+
+# The HA suite's servers (a cluster is ten) take their ports between the workers' blocks and
+# the ephemeral range, clear of the servers of any other test run on the machine: one run
+# under -n 0 shares block 0 with every other such run, and a server of theirs that took
+# our port would answer our /readyz. Each worker starts its turn at a share of its own.
+HA_BLOCK = range(FIRST + BLOCK * BLOCKS, 32_700)
+_ha_candidates: Iterator[int] | None = None
+
+
+def free_ha_port() -> int:
+    """A port of the HA suite's block that nothing on 127.0.0.1 holds now."""
+    global _ha_candidates
+    if _ha_candidates is None:
+        share = len(HA_BLOCK) // BLOCKS
+        start = worker_block(os.environ.get("PYTEST_XDIST_WORKER")).start
+        offset = (start - FIRST) // BLOCK * share
+        ports = [*HA_BLOCK[offset:], *HA_BLOCK[:offset]]
+        _ha_candidates = itertools.cycle(ports)
+    return _first_free(_ha_candidates, len(HA_BLOCK))
+
+
+def _first_free(candidates: Iterator[int], count: int) -> int:
+    for _ in range(count):
+        port = next(candidates)
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue  # held, or still in TIME_WAIT: the next one
             return port
-    raise RuntimeError("every port of this worker's block is held")
+    raise RuntimeError("every port of this block is held")

@@ -56,6 +56,7 @@ class Served:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    serve_args: tuple[str, ...] = ()  # e.g. ("--no-migrate",)
 
     @property
     def url(self) -> str:
@@ -70,7 +71,7 @@ class Served:
         self.starts += 1
         with open(self.home / f"serve-{self.starts}.log", "wb") as log:
             self.proc = subprocess.Popen(
-                [WORK_LEDGER, "serve", "--port", str(self.port)],
+                [WORK_LEDGER, "serve", "--port", str(self.port), *self.serve_args],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -25,17 +25,19 @@ from work_ledger.api.openapi_docs import document_headers
 from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.api.routes import (
     attempts,
+    budgets,
     claims,
     events,
     health,
     projection,
     questions,
+    shape,
     units,
 )
 from work_ledger.api.writes import refusal_outcome
 from work_ledger.config import Settings
 from work_ledger.db.connect import resolve_database_url
-from work_ledger.readside.roles import read_pool
+from work_ledger.readside.pool import read_pool
 from work_ledger.runtime import open_ledger
 from work_ledger.service.idempotency import IdempotencyStore
 from work_ledger.service.keyed import KeyedWrites
@@ -97,21 +99,28 @@ def create_app(
     bootstrap: bool = False,
     max_connections: int | None = None,
     auth_failures: FailureLimiter | None = None,
+    migrate: bool = True,
 ) -> FastAPI:
-    """The API over `settings.database_url` (or the embedded server)."""
+    """The API over `settings.database_url` (or the embedded server); `migrate=False`
+    (serve --no-migrate) refuses a ledger that lacks a migration instead of applying it."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = await resolve_database_url(settings)
         async with (
             open_ledger(
-                settings, url=url, max_connections=max_connections or settings.pool_size
+                settings,
+                url=url,
+                max_connections=max_connections or settings.pool_size,
+                migrate=migrate,
             ) as ledger,
             read_pool(settings, ledger.store.pool) as reads,
         ):
             tokens = TokenStore(ledger.store, load_secret(settings.secret, settings.home))
             await _guard_tokens(app, tokens, settings, host)
-            notifier = Notifier(url)
+            # LISTEN needs a session of its own: never a transaction pooler's (open_ledger
+            # proved this URL hears its own NOTIFY).
+            notifier = Notifier(settings.direct_database_url or url)
             await notifier.start()
             idempotency = IdempotencyStore(ledger.store)
             expiry = asyncio.create_task(_expire_idempotency(idempotency))
@@ -152,7 +161,7 @@ def create_app(
     app.state.bootstrap = bootstrap
     problems.install(app)
     # events before units, whose /units/{unit} would otherwise take /units/{unit}/events.
-    routers = (health, events, claims, units, attempts, questions, projection)
+    routers = (health, events, claims, units, shape, attempts, questions, projection, budgets)
     for module in routers:
         # The routes themselves, not `include_router`: FastAPI matches an included router's
         # routes through a wrapper of its own, twice per request, ~10 % of a write's CPU

@@ -11,6 +11,15 @@ request path:
     work_ledger_open_questions{assignee_group_slug}             gauge  units waiting on people
     work_ledger_oldest_open_question_seconds{assignee_group_slug}  gauge  0 when none is open
                                              (both v_question_wait)
+    work_ledger_waiting_units{domain,reason} gauge    units waiting (v_waiting): reason
+                                             unfinished_prerequisite, deferred_prerequisite,
+                                             dead_prerequisite, attempt_limit
+    work_ledger_parked_units{domain}         gauge    units parked at their attempt limit
+    work_ledger_oldest_parked_seconds{domain}       gauge  the longest such wait
+    work_ledger_oldest_dead_held_seconds{domain}    gauge  the longest wait on a DEAD prerequisite
+    work_ledger_budget_cap_cents{fleet,domain}      gauge  each budget (v_budget; domain "(all)":
+    work_ledger_budget_spent_cents{fleet,domain}    gauge  the fleet's), what its scope spent
+    work_ledger_budget_remaining_cents{fleet,domain} gauge and what remains
 
 These describe the ledger, not this process: every replica reports the same values
 (aggregate them with max, not sum), and they survive restarts.
@@ -39,7 +48,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from work_ledger.errors import WorkLedgerError
-from work_ledger.readside.roles import GaugeSnapshot, read_gauges
+from work_ledger.readside.gauges import WAIT_REASONS, GaugeSnapshot, read_gauges
 
 CACHE_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 5.0
@@ -97,6 +106,8 @@ class _ViewCollector(Collector):
             "Attempts superseded by a stale reclaim after their lease lapsed (v_rework).",
             snapshot.reclaims,
         )
+        yield from _waiting_families(snapshot)
+        yield from _budget_families(snapshot)
 
     @staticmethod
     def _by_group(name: str, documentation: str, values: dict[str, int]) -> GaugeMetricFamily:
@@ -106,6 +117,63 @@ class _ViewCollector(Collector):
     @staticmethod
     def _counter(name: str, documentation: str, values: dict[str, int]) -> CounterMetricFamily:
         return _filled(CounterMetricFamily(name, documentation, labels=["domain"]), values)
+
+
+def _waiting_families(snapshot: GaugeSnapshot) -> Iterator[Metric]:
+    """Waiting units by domain and reason (every reason of every domain, 0 included), and
+    the oldest waits the alerts watch: at the attempt limit, and on a DEAD prerequisite."""
+    waiting = GaugeMetricFamily(
+        "work_ledger_waiting_units",
+        "Units waiting, per domain and reason (v_waiting): an unfinished, DEFERRED or DEAD "
+        "prerequisite, or the attempt limit (the ledger's own question).",
+        labels=["domain", "reason"],
+    )
+    domains = sorted(snapshot.domains | {d for d, _ in snapshot.waiting})
+    for domain in domains:
+        for reason in WAIT_REASONS:
+            found = snapshot.waiting.get((domain, reason))
+            waiting.add_metric([domain, reason], found.units if found else 0)
+    yield waiting
+    for name, reason, what, field in (
+        (
+            "work_ledger_parked_units",
+            "attempt_limit",
+            "Units parked at their attempt limit "
+            "(waiting on the ledger's question), per domain (v_waiting).",
+            "units",
+        ),
+        (
+            "work_ledger_oldest_parked_seconds",
+            "attempt_limit",
+            "How long the longest-parked "
+            "unit has waited at its attempt limit, per domain; 0 when none (v_waiting).",
+            "oldest_seconds",
+        ),
+        (
+            "work_ledger_oldest_dead_held_seconds",
+            "dead_prerequisite",
+            "How long the unit "
+            "waiting longest on a DEAD prerequisite has waited, per domain; 0 when none "
+            "(v_waiting).",
+            "oldest_seconds",
+        ),
+    ):
+        values = {d: getattr(snapshot.waiting.get((d, reason)), field, 0) for d in domains}
+        yield _filled(GaugeMetricFamily(name, what, labels=["domain"]), values)
+
+
+def _budget_families(snapshot: GaugeSnapshot) -> Iterator[Metric]:
+    for name, what, field in (
+        ("work_ledger_budget_cap_cents", "The cap of each budget (v_budget).", "cap_cents"),
+        ("work_ledger_budget_spent_cents", "What each budget's scope has spent.", "spent_cents"),
+        ("work_ledger_budget_remaining_cents", "What remains of each budget.", "remaining_cents"),
+    ):
+        family = GaugeMetricFamily(
+            name, what + ' Domain "(all)": a fleet-wide budget.', labels=["fleet", "domain"]
+        )
+        for (fleet, domain), budget in sorted(snapshot.budgets.items()):
+            family.add_metric([fleet, domain], getattr(budget, field))
+        yield family
 
 
 def _filled(family: Family, values: dict[str, int]) -> Family:

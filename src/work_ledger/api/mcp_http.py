@@ -41,7 +41,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from work_ledger.api.auth import authenticate
 from work_ledger.client import AsyncClient
-from work_ledger.mcp.server import Session, build_tools
+from work_ledger.mcp.server import build_tools
+from work_ledger.mcp.session import Session, SessionFor
 from work_ledger.service.ledger import Ledger
 
 PATH = "/mcp"
@@ -142,13 +143,13 @@ class McpHttp:
         self.sessions = Sessions(app)
 
         @asynccontextmanager
-        async def lifespan(_: MCPServer[Any]) -> AsyncIterator[None]:
+        async def lifespan(_: MCPServer[SessionFor]) -> AsyncIterator[SessionFor]:
             try:
-                yield
+                yield self.sessions.session_for
             finally:
                 await self.sessions.close()
 
-        self.server = build_tools(self.sessions.session_for, lifespan)
+        self.server = build_tools(lifespan)
         # Every request carries a bearer token, which a DNS-rebinding page cannot have.
         sdk_app = self.server.streamable_http_app(
             streamable_http_path=PATH,

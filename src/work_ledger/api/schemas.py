@@ -65,11 +65,52 @@ class Body(BaseModel):
         return value
 
 
+Requires = Annotated[
+    list[ExternalRef],
+    Field(
+        max_length=50,
+        description="Prerequisites: external_refs or ids of units registered earlier or in the "
+        "same batch. The unit waits until each is done (or DROPPED).",
+    ),
+]
+MaxAttempts = Annotated[
+    int,
+    StrictMark(),
+    Field(ge=1, le=100, description="Attempt limit; default WL_MAX_ATTEMPTS."),
+]
+Count = Annotated[int, StrictMark(), Field(ge=0, le=10**15)]
+
+
 class NewUnitIn(Body):
     external_ref: ExternalRef
     fleet: Name
     domain: Name | None = None
     workflow_id: Name | None = None
+    requires: Requires = []
+    max_attempts: MaxAttempts | None = None
+
+
+class NewChildIn(Body):
+    external_ref: ExternalRef
+    domain: Name | None = None
+    requires: Requires = []
+
+
+class SplitIn(Body):
+    units: list[NewChildIn] = Field(min_length=1, max_length=100)
+    reason: Reason | None = None
+    attempt_id: AttemptId = None
+
+
+class WaiveIn(Body):
+    prerequisite: ExternalRef
+    reason: Reason | None = None
+
+
+class BudgetIn(Body):
+    fleet: Name
+    domain: Name | None = None
+    cap_cents: Count
 
 
 class RegisterIn(Body):
@@ -108,7 +149,15 @@ class UnblockIn(Body):
 
 
 class CostIn(Body):
-    cost_cents: Annotated[int, StrictMark(), Field(gt=0, le=10**12)]
+    cost_cents: Annotated[int, StrictMark(), Field(ge=0, le=10**12)] = 0
+    model: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
+    input_tokens: Count | None = None
+    output_tokens: Count | None = None
+    cache_read_tokens: Count | None = None
+    cache_write_tokens: Count | None = None
+    estimated: Annotated[
+        bool, StrictMark(), Field(description="The cents are a list-price estimate, not a bill.")
+    ] = False
 
 
 class DisposeIn(Body):
@@ -154,6 +203,11 @@ class UnitOut(Out):
     attempt_count: int
     cost_cents: int
     evidence_urls: list[str]
+    parent_id: uuid.UUID | None
+    max_attempts: int
+    attempts_allowed: int
+    failed_attempts: int
+    unfinished_prerequisites: int
 
 
 class AttemptOut(Out):
@@ -197,9 +251,58 @@ class EventOut(Out):
     created_at: dt.datetime
 
 
+class ModelCostOut(BaseModel):
+    model: str | None
+    cost_cents: int
+    estimated_cents: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+
+
+class AttemptDetailOut(AttemptOut):
+    cost_by_model: list[ModelCostOut]
+
+
+class UnitRefOut(BaseModel):
+    id: uuid.UUID
+    external_ref: str
+
+
+class UnitStateOut(UnitRefOut):
+    state: State
+    disposition: Disposition | None
+
+
 class UnitDetailOut(UnitOut):
-    attempts: list[AttemptOut]
+    attempts: list[AttemptDetailOut]
     questions: list[QuestionOut]
+    waiting_on: list[dict[str, Any]] = Field(
+        description='What holds a waiting unit: {"kind": "prerequisite", "unit": {...}} or '
+        '{"kind": "answer", "question_id"}; [] when the unit is not waiting.'
+    )
+    requires: list[UnitStateOut]
+    parent: UnitRefOut | None
+    children: list[UnitStateOut]
+    subtree_cost_cents: int
+
+
+class SplitOut(BaseModel):
+    unit: UnitOut
+    children: list[UnitRefOut]
+
+
+class BudgetOut(Out):
+    fleet: str
+    domain: str | None
+    cap_cents: int
+    spent_cents: int
+    remaining_cents: int
+
+
+class BudgetPage(BaseModel):
+    items: list[BudgetOut]
 
 
 class RegisteredOut(Out):

@@ -16,12 +16,12 @@ from work_ledger.cli.agent_client import (
 from work_ledger.cli.console import console
 from work_ledger.cli.tables import (
     add_plain_row,
-    attempts_table,
+    print_detail,
     print_unit,
     questions_table,
     timestamp,
 )
-from work_ledger.cli.verbs import arg, verb
+from work_ledger.cli.verbs import Arg, arg, verb
 from work_ledger.client import Client, NothingToClaim
 from work_ledger.errors import InvariantViolation
 
@@ -136,11 +136,47 @@ def answer(unit: str, text: str, question: str | None, as_json: bool) -> None:
         emit_json(asked) if as_json else print_unit(asked.unit)
 
 
-@verb(UNIT, arg("cents", type=int, help="Cents spent (a positive whole number)."), ATTEMPT, JSON)
-def cost(unit: str, cents: int, attempt: str | None, as_json: bool) -> None:
-    """Record cost against your attempt (default: the unit's latest attempt)."""
+def _tokens(flag: str, what: str) -> Arg:
+    return arg(flag, type=int, help=f"{what} tokens (a whole number >= 0).")
+
+
+@verb(
+    UNIT,
+    arg("cents", type=int, help="Cents spent (a whole number >= 0; 0 with tokens only)."),
+    arg("--model", help="The model the money went to (e.g. claude-opus-4-6)."),
+    _tokens("--input-tokens", "Input"),
+    _tokens("--output-tokens", "Output"),
+    _tokens("--cache-read-tokens", "Cache-read input"),
+    _tokens("--cache-write-tokens", "Cache-write (creation) input"),
+    arg("--estimated", action="store_true", help="The cents are a list-price estimate."),
+    ATTEMPT,
+    JSON,
+)
+def cost(
+    unit: str,
+    cents: int,
+    model: str | None,
+    input_tokens: int | None,
+    output_tokens: int | None,
+    cache_read_tokens: int | None,
+    cache_write_tokens: int | None,
+    estimated: bool,
+    attempt: str | None,
+    as_json: bool,
+) -> None:
+    """Record cost against your attempt (default: the unit's latest attempt), by model and
+    tokens if given. Money spent is recorded past a budget's cap too."""
     with handled(as_json), make_client() as client:
-        step = client.record_cost(_live_attempt(client, unit, attempt, last=True), cents)
+        step = client.record_cost(
+            _live_attempt(client, unit, attempt, last=True),
+            cents,
+            model=model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cache_read_tokens,
+            cache_write_tokens=cache_write_tokens,
+            estimated=estimated,
+        )
         emit_json(step) if as_json else print_unit(step.unit, step.attempt)
 
 
@@ -202,17 +238,10 @@ def release(
 
 @verb(UNIT, JSON)
 def show(unit: str, as_json: bool) -> None:
-    """Show a unit with its attempts and questions."""
+    """Show a unit with what it waits on, its attempts and questions."""
     with handled(as_json), make_client(operator=True) as client:
         detail = client.get_unit(unit)
-        if as_json:
-            emit_json(detail)
-            return
-        print_unit(detail.unit)
-        if detail.attempts:
-            console.print(attempts_table(detail.attempts))
-        if detail.questions:
-            console.print(questions_table(detail.questions))
+        emit_json(detail) if as_json else print_detail(detail)
 
 
 @verb(

@@ -18,7 +18,7 @@ from work_ledger.cli.typer_app import app
 def mcp() -> None:
     """Serve the agent tools over MCP on stdio (for Claude Code); uses WL_URL and WL_TOKEN.
 
-    Tools: claim, heartbeat, record_cost, ask, verify, dispose, release, show.
+    Tools: claim, heartbeat, record_cost, ask, verify, dispose, release, split, show.
     """
     from work_ledger.client import AsyncClient
 

@@ -146,12 +146,20 @@ def send_batch(register: Register, chunk: list[Row], tally: Tally) -> None:
 
 
 def _named_rows(rows: list[Row], exc: InvalidInput) -> dict[int, str]:
-    """The rows of a refused batch that its errors name (by `units[i]`), with the reason."""
+    """The rows of a refused batch that its errors name (by `units[i]`), with the reason;
+    or, refused for their prerequisites, the rows requiring an unknown ref (named in
+    `unknown`) or making a cycle (its refs in `units`)."""
     named: dict[int, str] = {}
     for error in exc.extra.get("errors") or []:
         loc = [p for p in error.get("loc", []) if isinstance(p, int)]
         if loc and 0 <= loc[0] < len(rows):
             named[loc[0]] = f"refused by the server: {error.get('msg', exc.detail)}"
+    unknown, cycle = set(exc.extra.get("unknown") or ()), set(exc.extra.get("units") or ())
+    for i, row in enumerate(rows):
+        if unknown & set(row.unit.requires) or (
+            exc.invariant == "prerequisite_cycle" and row.unit.external_ref in cycle
+        ):
+            named[i] = f"refused by the server: {exc.code}: {exc.detail}"
     return named
 
 

@@ -1,11 +1,15 @@
-"""`work-ledger report` (the read-side views as terminal tables) and `work-ledger grant-reader`
-(the PostgreSQL role Grafana reads them with). Both talk to the database directly."""
+"""`work-ledger report` (the read-side views as terminal lists a person can read at any
+width, or `--json` for scripts) and `work-ledger grant-reader` (the PostgreSQL role
+Grafana reads them with). Both talk to the database directly."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
+import json
 import os
+import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,248 +17,45 @@ from typing import Annotated, Any
 import typer
 from rich.console import Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
+from work_ledger.cli.fit import render
+from work_ledger.cli.report_sections import sections, when
 from work_ledger.cli.typer_app import app, console, err_console, run_async
 from work_ledger.config import load_settings
 from work_ledger.db.connect import connect, resolve_database_url
 from work_ledger.errors import WorkLedgerError
-from work_ledger.readside.roles import Report, connect_reader, grant_reader, read_report
+from work_ledger.readside.pool import connect_reader
+from work_ledger.readside.report import Report, read_report
+from work_ledger.readside.roles import grant_reader
 from work_ledger.runtime import migrate_database
 
-STATE_COLUMNS = ("ready", "claimed", "in_progress", "blocked", "verified", "done", "abandoned")
+
+def render_report(report: Report, *, top: int | None = 20, width: int | None = None) -> Group:
+    """The report as rich renderables, one list per view, fitted to `width` columns."""
+    fit = console.width if width is None else width
+    return Group(*(render(section, fit) for section in sections(report, top)))
 
 
-def _money(cents: int | Decimal | None) -> str:
-    return "—" if cents is None else f"${Decimal(cents) / 100:,.2f}"
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
 
 
-def _rate(rate: Decimal | None) -> str:
-    return "—" if rate is None else f"{rate * 100:.1f}%"
+def report_json(report: Report) -> str:
+    """The report's rows as JSON: numbers as numbers, moments as ISO 8601."""
+    return json.dumps(dataclasses.asdict(report), default=_plain, indent=2)
 
 
-def _ago(seconds: int) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-
-
-def _when(moment: dt.datetime | None) -> str:
-    return "—" if moment is None else moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def _label(row: dict[str, Any]) -> str:
-    return "all domains" if row["scope"] == "total" else str(row["domain"])
-
-
-# Columns of text read left-aligned; the rest are numbers, right-aligned.
-TEXT_COLUMNS = frozenset(
-    {
-        "assignee group",
-        "domain",
-        "unit",
-        "state",
-        "holder",
-        "disposition",
-        "evidence links",
-        "last heartbeat",
-    }
-)
-
-
-def _table(title: str, *columns: str) -> Table:
-    table = Table(title=title, title_justify="left", show_lines=False)
-    for column in columns:
-        table.add_column(column, justify="left" if column in TEXT_COLUMNS else "right")
-    return table
-
-
-def queue_table(report: Report) -> Table:
-    table = _table("v_queue_depth — units by state", "domain", *STATE_COLUMNS, "open", "units")
-    for row in report.queue_depth:
-        cells = [str(row[c]) for c in (*STATE_COLUMNS, "open", "units")]
-        table.add_row(_label(row), *cells, style="bold" if row["scope"] == "total" else None)
-    return table
-
-
-def stall_table(report: Report) -> Table:
-    threshold = report.stalls[0]["stall_threshold_seconds"] if report.stalls else None
-    title = "v_stall_list — leased units silent past the stall threshold"
-    if threshold is not None:
-        title += f" ({threshold}s)"
-    table = _table(title, "unit", "domain", "state", "holder", "attempt", "last heartbeat")
-    table.add_column("lease expires")
-    table.add_column("silent for", justify="right")
-    for row in report.stalls:
-        lease = _when(row["lease_expires_at"]) + (" (lapsed)" if row["lease_expired"] else "")
-        table.add_row(
-            row["external_ref"],
-            row["domain"],
-            row["state"],
-            row["holder"],
-            str(row["attempt_no"]),
-            _when(row["last_heartbeat_at"]),
-            lease,
-            _ago(row["stalled_seconds"]),
-        )
-    if not report.stalls:
-        table.add_row("no stalled units", *[""] * 7)
-    return table
-
-
-def cost_table(report: Report) -> Table:
-    table = _table(
-        "v_cost_per_unit — spend",
-        "domain",
-        "units",
-        "attempts",
-        "cost",
-        "per unit",
-        "merged",
-        "per merged unit",
-        "all spend per merged",
-    )
-    for row in report.costs:
-        table.add_row(
-            _label(row),
-            str(row["units"]),
-            str(row["attempts"]),
-            _money(row["cost_cents"]),
-            _money(row["cost_per_unit_cents"]),
-            str(row["merged_units"]),
-            _money(row["cost_per_merged_unit_cents"]),
-            _money(row["spend_per_merged_unit_cents"]),
-            style="bold" if row["scope"] == "total" else None,
-        )
-    return table
-
-
-def costliest_table(report: Report) -> Table:
-    table = _table("costliest units", "unit", "domain", "state", "attempts", "cost")
-    for row in report.costliest:
-        state = row["disposition"] or row["state"]
-        table.add_row(
-            row["external_ref"],
-            row["domain"],
-            str(state),
-            str(row["attempts"]),
-            _money(row["cost_cents"]),
-        )
-    return table
-
-
-def rework_table(report: Report) -> Table:
-    table = _table(
-        "v_rework — units that needed more than one attempt",
-        "domain",
-        "attempted",
-        "reworked",
-        "rework rate",
-        "extra attempts",
-        "lost to lapsed lease",
-        "released",
-    )
-    for row in report.rework:
-        table.add_row(
-            _label(row),
-            str(row["attempted_units"]),
-            str(row["reworked_units"]),
-            _rate(row["rework_rate"]),
-            str(row["extra_attempts"]),
-            str(row["superseded_attempts"]),
-            str(row["released_attempts"]),
-            style="bold" if row["scope"] == "total" else None,
-        )
-    for row in report.reworked:
-        table.add_row(
-            Text(f"  {row['external_ref']}", style="dim"),
-            "",
-            "",
-            "",
-            f"{row['attempts']} attempts",
-            str(row["superseded_attempts"]),
-            str(row["released_attempts"]),
-        )
-    return table
-
-
-def disposition_table(report: Report) -> Table:
-    where = f" in {report.domain}" if report.domain else ""
-    table = _table(
-        f"v_disposition_summary — the kill-gate table{where}",
-        "disposition",
-        "units",
-        "attempts",
-        "cost",
-        "per unit",
-        "without evidence",
-        "evidence links",
-    )
-    for row in report.dispositions:
-        links = row["evidence_urls"]
-        shown = "\n".join(links[:3]) + (f"\n… {len(links) - 3} more" if len(links) > 3 else "")
-        table.add_row(
-            str(row["disposition"]),
-            str(row["units"]),
-            str(row["attempts"]),
-            _money(row["cost_cents"]),
-            _money(row["cost_per_unit_cents"]),
-            str(row["units_without_evidence"]),
-            shown or "—",
-        )
-    return table
-
-
-def _seconds(value: Decimal | int | None) -> str:
-    return "—" if value is None else _ago(int(value))
-
-
-def question_wait_table(report: Report) -> Table:
-    table = _table(
-        "v_question_wait — units waiting on people",
-        "assignee group",
-        "open",
-        "not routed",
-        "oldest open",
-        "median open",
-        "answered",
-        "answer p50",
-        "answer p90",
-    )
-    for row in report.question_wait:
-        label = row["domain"] if row["scope"] == "domain" else row["assignee_group_slug"]
-        table.add_row(
-            "all groups" if row["scope"] == "total" else str(label),
-            str(row["open_questions"]),
-            str(row["unrouted_questions"]),
-            _seconds(row["oldest_open_seconds"] if row["open_questions"] else None),
-            _seconds(row["open_p50_seconds"]),
-            str(row["answered_questions"]),
-            _seconds(row["answer_p50_seconds"]),
-            _seconds(row["answer_p90_seconds"]),
-            style="bold" if row["scope"] == "total" else None,
-        )
-    return table
-
-
-def render_report(report: Report) -> Group:
-    """The report as rich renderables, one table per view."""
-    return Group(
-        queue_table(report),
-        stall_table(report),
-        cost_table(report),
-        costliest_table(report),
-        rework_table(report),
-        disposition_table(report),
-        question_wait_table(report),
-    )
-
-
-async def _read_once(domain: str | None) -> Report:
+async def _read_once(domain: str | None, top: int, stalls: int | None) -> Report:
     conn = await connect_reader(load_settings())
     try:
-        return await read_report(conn, domain=domain)
+        return await read_report(conn, domain=domain, top=top, stalls=stalls)
     finally:
         await conn.close()
 
@@ -270,7 +71,7 @@ async def watch_report(domain: str | None, interval: float, rounds: int | None =
                     shown: Any = render_report(await read_report(conn, domain=domain))
                 except WorkLedgerError as exc:
                     shown = Text(f"{exc.code}: {exc.detail} (retrying)", style="red")
-                stamp = Text(f"as of {_when(dt.datetime.now(dt.UTC))}; Ctrl-C to stop", "dim")
+                stamp = Text(f"as of {when(dt.datetime.now(dt.UTC))}; Ctrl-C to stop", "dim")
                 live.update(Group(shown, stamp), refresh=True)
                 done += 1
                 if rounds is None or done < rounds:
@@ -288,10 +89,28 @@ def report(
         bool, typer.Option(help="Redraw every --interval seconds until Ctrl-C.")
     ] = False,
     interval: Annotated[float, typer.Option(min=0.5, help="Seconds between redraws.")] = 5.0,
+    top: Annotated[
+        int, typer.Option(min=1, max=500, help="Rows of each list (the worst first).")
+    ] = 20,
+    all_domains: Annotated[
+        bool, typer.Option("--all", help="Every domain's row, not the --top worst.")
+    ] = False,
+    stalls: Annotated[
+        bool, typer.Option("--stalls", help="Every stalled unit, not the --top longest silent.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The rows as JSON, for scripts (no tables).")
+    ] = False,
 ) -> None:
-    """Print the read-side views as tables, straight from the database."""
+    """Print the read-side views as lists that fit the terminal, straight from the database.
+
+    Each list shows its worst rows first (--top of them) and says how many it left out."""
     if not watch:
-        console.print(render_report(run_async(_read_once(domain))))
+        read = run_async(_read_once(domain, top, None if stalls else top))
+        if as_json:
+            typer.echo(report_json(read))
+        else:
+            console.print(render_report(read, top=None if all_domains else top))
         return
     try:
         run_async(watch_report(domain, interval))

@@ -5,11 +5,15 @@ CMD sees the unit in its environment:
     WL_UNIT_ID      the unit's id            WL_UNIT_REF     its external_ref
     WL_ATTEMPT_ID   the live attempt's id    WL_RESULT_FILE  where CMD may write its result
     WL_URL, WL_TOKEN                          so CMD can call the agent verbs itself
+    OTEL_RESOURCE_ATTRIBUTES  wl.unit=ID,wl.attempt=ID appended to any it had, so Claude
+                              Code's OpenTelemetry cost metrics join the ledger's attempts
 
 WL_TOKEN is the agent's own token (`run` never falls back to the operator's), and CMD does
 not inherit WL_HOME, WL_SECRET, database URLs or passwords.
 
-CMD may write WL_RESULT_FILE as JSON: {"cost_cents": 123, "evidence_url": "https://..."}.
+CMD may write WL_RESULT_FILE as JSON: {"cost_cents": 123, "evidence_url": "https://..."},
+or Claude Code's own result (`claude -p ... --output-format json > "$WL_RESULT_FILE"`),
+recorded as one estimated cost record per model with its tokens (`cli/result_file.py`).
 When CMD ends, the cost (if any) is recorded; then exit status 0 verifies the unit with the
 evidence link (or leaves it in_progress when there is none) and a non-zero status releases
 it with outcome `failed`. SIGINT and SIGTERM are forwarded to CMD. If the claim is lost
@@ -19,7 +23,6 @@ itself dies, its heartbeats stop and the lease simply lapses.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -29,7 +32,6 @@ import threading
 from argparse import REMAINDER
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from work_ledger.cli.agent_client import (
     CLAIM_UNIT,
@@ -40,42 +42,12 @@ from work_ledger.cli.agent_client import (
     make_client,
 )
 from work_ledger.cli.console import err_console
+from work_ledger.cli.result_file import Result, read_result
 from work_ledger.cli.verbs import arg, verb
 from work_ledger.client import Work
 from work_ledger.errors import WorkLedgerError
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
-
-
-def read_result(path: Path) -> tuple[int | None, str | None]:
-    """(cost_cents, evidence_url) from CMD's result file; a bad file is reported, not fatal."""
-    if not path.is_file():
-        return None, None
-    try:
-        data: Any = json.loads(path.read_text(encoding="utf-8") or "{}")
-    except ValueError as exc:
-        err_console.print(
-            f"WL_RESULT_FILE is not JSON ({exc}); ignoring it",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-        return None, None
-    if not isinstance(data, dict):
-        err_console.print("WL_RESULT_FILE must hold a JSON object; ignoring it", soft_wrap=True)
-        return None, None
-    cost, evidence = data.get("cost_cents"), data.get("evidence_url")
-    if cost is not None and (not isinstance(cost, int) or isinstance(cost, bool) or cost < 0):
-        err_console.print(
-            f"cost_cents must be a whole number of cents, not {cost!r}; ignored",
-            markup=False,
-            soft_wrap=True,
-        )
-        cost = None
-    if evidence is not None and not isinstance(evidence, str):
-        err_console.print("evidence_url must be a string link; ignored", soft_wrap=True)
-        evidence = None
-    return cost or None, evidence or None
 
 
 # What could do more than the agent's own token: the operator token's folder, the token
@@ -101,8 +73,17 @@ def _environment(work: Work, result_file: Path) -> dict[str, str]:
         WL_RESULT_FILE=str(result_file),
         WL_URL=url,
         WL_TOKEN=token,
+        OTEL_RESOURCE_ATTRIBUTES=_otel_attributes(work, env.get("OTEL_RESOURCE_ATTRIBUTES")),
     )
     return env
+
+
+def _otel_attributes(work: Work, existing: str | None) -> str:
+    """CMD's OpenTelemetry resource attributes: the unit and attempt, after any it had, so
+    Claude Code's own cost metrics can be joined to the ledger's attempts."""
+    ours = f"wl.unit={work.unit.id},wl.attempt={work.attempt.id}"
+    kept = (existing or "").strip().strip(",")
+    return f"{kept},{ours}" if kept else ours
 
 
 def _run_command(command: list[str], env: dict[str, str], work: Work) -> int:
@@ -138,9 +119,14 @@ def _run_command(command: list[str], env: dict[str, str], work: Work) -> int:
             signal.signal(signum, handler)
 
 
-def _settle(work: Work, status: int, cost: int | None, evidence: str | None) -> str:
-    if cost:
-        work.cost(cost)
+def _record(work: Work, result: Result) -> None:
+    for record in result.costs:
+        work.record(record)
+
+
+def _settle(work: Work, status: int, result: Result) -> str:
+    _record(work, result)
+    evidence = result.evidence_url
     if status != 0:
         why = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
         work.release(outcome="failed", reason=f"command {why}")
@@ -167,7 +153,7 @@ def run(
 ) -> None:
     """Claim a unit, run CMD on it while heartbeating, and settle it by CMD's exit status."""
     with handled(False), make_client() as client:
-        work = client.claim(domain=domain, unit=unit, lease_seconds=lease, wait_seconds=wait)
+        work = client.claim_work(domain=domain, unit=unit, lease_seconds=lease, wait_seconds=wait)
         # Plain lines, not rich: it would cost the wrapper ~6 MB for no styling.
         claimed = f"claimed {work.unit.external_ref} (attempt {work.attempt.attempt_no})"
         print(claimed, file=sys.stderr, flush=True)
@@ -178,10 +164,9 @@ def run(
                 status = _run_command(command, _environment(work, result_file), work)
             finally:
                 work.stop_heartbeat()
-            cost, evidence = read_result(result_file)
+            result = read_result(result_file)
         if work.lost is not None:
-            if cost:
-                work.cost(cost)  # spent money is recorded even on a lost attempt
+            _record(work, result)  # spent money is recorded even on a lost attempt
             raise SystemExit(EXIT_REFUSED)
-        print(_settle(work, status, cost, evidence), file=sys.stderr, flush=True)
+        print(_settle(work, status, result), file=sys.stderr, flush=True)
     raise SystemExit(128 - status if status < 0 else status)

@@ -13,15 +13,17 @@ from rich.table import Table
 from work_ledger.cli.typer_app import app, console, err_console, run_async
 from work_ledger.config import DEFAULT_PORT, load_settings
 from work_ledger.db.connect import resolve_database_url
-from work_ledger.runtime import migrate_database, open_ledger
+from work_ledger.runtime import migrate_ledger, open_ledger
 
 
 @app.command()
 def migrate() -> None:
-    """Apply pending migrations to the ledger database and exit."""
+    """Apply pending migrations to the ledger database and exit (before rolling out a
+    release whose replicas start with `serve --no-migrate`)."""
 
     async def _migrate() -> list[str]:
-        return await migrate_database(await resolve_database_url(load_settings()))
+        settings = load_settings()
+        return await migrate_ledger(settings, await resolve_database_url(settings))
 
     applied = run_async(_migrate())
     console.print(f"applied {len(applied)} migration(s)" + "".join(f"\n  {m}" for m in applied))
@@ -120,6 +122,12 @@ CertOption = typer.Option(
 KeyOption = typer.Option(
     None, "--tls-key", envvar="WL_TLS_KEY", help="PEM private key of --tls-cert."
 )
+NoMigrateOption = typer.Option(
+    False,
+    "--no-migrate",
+    help="Apply no migration: refuse to start if the ledger lacks one this release needs "
+    "(run `work-ledger migrate` first; docs/postgresql.md, upgrades).",
+)
 PlainOption = typer.Option(
     False,
     "--allow-plain-http",
@@ -134,6 +142,7 @@ def serve(
     tls_cert: Path | None = CertOption,
     tls_key: Path | None = KeyOption,
     allow_plain_http: bool = PlainOption,
+    no_migrate: bool = NoMigrateOption,
 ) -> None:
     """Apply migrations, then serve the HTTP API (HTTPS with --tls-cert and --tls-key).
 
@@ -155,7 +164,7 @@ def serve(
     if not is_loopback(host):
         run_async(_refuse_public_without_tokens(host))
     uvicorn.run(
-        create_app(load_settings(), host=host, bootstrap=True),
+        create_app(load_settings(), host=host, bootstrap=True, migrate=not no_migrate),
         host=host,
         port=port,
         loop="uvloop",

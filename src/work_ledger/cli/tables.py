@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from work_ledger.cli.console import console
-from work_ledger.client.models import Attempt, Question, Unit
+from work_ledger.client.models import Attempt, Question, Unit, UnitDetail, UnitRef
+from work_ledger.client.money import Budget
 
 # rich is imported when a table is drawn, never at import: `show X --json` must not pay for it.
 if TYPE_CHECKING:
@@ -81,3 +82,88 @@ def questions_table(questions: list[Question], title: str = "questions") -> Tabl
 
 def print_unit(unit: Unit, attempt: Attempt | None = None) -> None:
     console.print(unit_table(unit, attempt))
+
+
+def _ref(unit: UnitRef) -> str:
+    state = " ".join(s for s in (unit.state, unit.disposition) if s)
+    return f"{unit.external_ref} ({state})" if state else unit.external_ref
+
+
+def shape_rows(detail: UnitDetail) -> list[tuple[str, str]]:
+    """What a unit waits on, its prerequisites, its place in a split, its attempt limit."""
+    unit = detail.unit
+    asked = {q.id: q.question for q in detail.questions}
+    waits = [
+        w.describe() + (f": {asked[w.question_id]}" if w.question_id in asked else "")
+        for w in detail.waiting_on
+    ]
+    rows = [
+        ("waits on", "\n".join(waits)),
+        ("requires", "\n".join(_ref(r) for r in detail.requires)),
+        ("split from", _ref(detail.parent) if detail.parent else ""),
+        ("children", "\n".join(_ref(c) for c in detail.children)),
+    ]
+    if detail.children and detail.subtree_cost_cents is not None:
+        rows.append(("subtree cost", f"{detail.subtree_cost_cents} cents"))
+    if unit.attempts_allowed is not None:
+        rows.append(
+            (
+                "attempts allowed",
+                f"{unit.failed_attempts or 0} failed of {unit.attempts_allowed} allowed "
+                f"(max_attempts {unit.max_attempts})",
+            )
+        )
+    return [(key, value) for key, value in rows if value]
+
+
+def print_detail(detail: UnitDetail) -> None:
+    """A unit as `show` prints it: the unit, what holds it, its attempts and questions."""
+    table = unit_table(detail.unit)
+    for key, value in shape_rows(detail):
+        add_plain_row(table, key, value)
+    console.print(table)
+    if detail.attempts:
+        console.print(attempts_table(detail.attempts))
+        if any(a.cost_by_model for a in detail.attempts):
+            console.print(cost_by_model_table(detail.attempts))
+    if detail.questions:
+        console.print(questions_table(detail.questions))
+
+
+def cost_by_model_table(attempts: list[Attempt]) -> Table:
+    from rich.table import Table
+
+    table = Table(
+        "attempt", "model", "cents", "estimated", "input", "output", "cache read",
+        "cache write", title="cost by model",
+    )  # fmt: skip
+    for a in sorted(attempts, key=lambda a: a.attempt_no):
+        for m in a.cost_by_model:
+            counts = (m.input_tokens, m.output_tokens, m.cache_read_tokens, m.cache_write_tokens)
+            add_plain_row(
+                table,
+                str(a.attempt_no),
+                m.model or "(none)",
+                str(m.cost_cents),
+                str(m.estimated_cents),
+                *(str(n) for n in counts),
+            )
+    return table
+
+
+def budgets_table(budgets: list[Budget]) -> Table:
+    from rich.table import Table
+
+    table = Table("fleet", "domain", "spent", "cap", "remaining", "used", title="budgets")
+    for b in budgets:
+        used = b.used_percent
+        add_plain_row(
+            table,
+            b.fleet,
+            b.domain or "(whole fleet)",
+            str(b.spent_cents),
+            str(b.cap_cents),
+            str(b.remaining_cents),
+            ("exhausted" if b.exhausted else "") if used is None else f"{used:.0f} %",
+        )
+    return table

@@ -40,6 +40,9 @@ CLIENT_VERBS = {
     ),
     "register": "register",
     "run": "run",
+    "split": "shaping",
+    "waive": "shaping",
+    "budget": "budget",
 }
 HELP = "Show this message and exit."
 

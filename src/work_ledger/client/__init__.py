@@ -1,5 +1,8 @@
 """The Python SDK of work-ledger: a typed client of its HTTP API, sync and async.
 
+`AsyncClient` (`aio.py`, `aio_work.py`) is the source; `Client` (`sync.py`, `work.py`) is
+generated from it by `scripts/unasync.py`, so both have the same methods.
+
 It imports nothing from the server side (only `work_ledger.errors`), so it can ship alone.
 
     from work_ledger.client import Client
@@ -15,50 +18,64 @@ Errors are the server's own classes (`work_ledger.errors`), carrying `invariant`
 
 from typing import TYPE_CHECKING, Any
 
-from work_ledger.client._calls import AGENT_HEADER, DEFAULT_URL
+from work_ledger.client._parse import to_json
+from work_ledger.client._sending import AGENT_HEADER, DEFAULT_URL
 from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
 from work_ledger.client.models import (
     Asked,
     Attempt,
     Claim,
     Event,
+    NewChild,
     NewUnit,
     Page,
     Question,
     Registered,
     Registration,
+    Split,
     Step,
     Unit,
     UnitDetail,
-    to_json,
+    UnitRef,
+    Waiting,
 )
+from work_ledger.client.money import Budget, CostRecord, ModelCost
 from work_ledger.client.sync import Client
-from work_ledger.client.work import Work
+from work_ledger.client.work import Claiming, Work
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for type checkers only: at run time `__getattr__` imports them on first use
     from work_ledger.client.aio import AsyncClient
-    from work_ledger.client.aio_work import AsyncWork
+    from work_ledger.client.aio_work import AsyncClaiming, AsyncWork
 
 __all__ = [
     "AGENT_HEADER",
     "DEFAULT_URL",
     "Asked",
+    "AsyncClaiming",
     "AsyncClient",
     "AsyncWork",
     "Attempt",
+    "Budget",
     "Claim",
+    "Claiming",
     "Client",
+    "CostRecord",
     "Event",
+    "ModelCost",
+    "NewChild",
     "NewUnit",
     "NothingToClaim",
     "Page",
     "Question",
     "Registered",
     "Registration",
+    "Split",
     "Step",
     "Unit",
     "UnitDetail",
+    "UnitRef",
     "Unreachable",
+    "Waiting",
     "Work",
     "error_from_response",
     "to_json",
@@ -72,8 +89,8 @@ def __getattr__(name: str) -> Any:
         from work_ledger.client.aio import AsyncClient
 
         return AsyncClient
-    if name == "AsyncWork":
-        from work_ledger.client.aio_work import AsyncWork
+    if name in ("AsyncWork", "AsyncClaiming"):
+        from work_ledger.client import aio_work
 
-        return AsyncWork
+        return getattr(aio_work, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from work_ledger.client._calls import MAX_WAIT_SECONDS
+from work_ledger.client._sending import MAX_WAIT_SECONDS
 from work_ledger.client.models import Attempt, Claim, Step, Unit
 from work_ledger.errors import AttemptSuperseded, WorkLedgerError
 

@@ -1,44 +1,57 @@
-"""The asyncio client, and `AsyncWork`: a claimed unit that heartbeats in a background task.
+"""`AsyncClient`: a typed client of the work-ledger HTTP API.
 
     async with AsyncClient() as client, client.claim(domain="orders") as work:
+        ...                                   # heartbeats keep the lease alive meanwhile
         await work.cost(123)
         await work.verify("https://ci.example/run/42")
 
-Same rules as the sync client: retries reuse the Idempotency-Key; an exception inside the
-block releases the unit (outcome `failed`); a lost claim stops the heartbeats and is raised.
+The request, the Idempotency-Key, the retries and the parsing of each answer live in
+`_calls.py`, once; this module only sends. The sync client, sync.py, is generated from
+aio.py by scripts/unasync.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterable, Mapping
-from types import TracebackType
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, TypeVar
 
 import httpx
 
 from work_ledger.client import _calls as calls
 from work_ledger.client._endpoints import Endpoints, refuse_token_in_clear, tls_verify
-from work_ledger.client.aio_work import AsyncWork
+from work_ledger.client._sending import Call, Sending, default_url, headers
+from work_ledger.client.aio_work import AsyncClaiming, AsyncWork
 from work_ledger.client.models import (
     Asked,
     Claim,
     Event,
+    NewChild,
     NewUnit,
     Page,
     Question,
     Registration,
+    Split,
     Step,
     Unit,
     UnitDetail,
 )
+from work_ledger.client.money import Budget, CostRecord
 
 T = TypeVar("T")
 
 
 class AsyncClient:
-    """The asyncio twin of `Client`: the same methods, awaited."""
+    """A typed client of the work-ledger HTTP API (safe to share between tasks and threads).
+
+    `url` and `token` default to WL_URL and WL_TOKEN; `url` may list several replicas'
+    base URLs, comma-separated. `agent` names a sub-agent, so the server records the acting
+    agent as `principal/agent`. Writes carry an Idempotency-Key; connection errors and 503
+    are retried with the same key (on the next URL), so a retry never acts twice.
+    `ca_bundle` (default WL_CA_BUNDLE, then SSL_CERT_FILE) is the PEM file of CAs that
+    https:// servers are checked against.
+    """
 
     def __init__(
         self,
@@ -52,8 +65,8 @@ class AsyncClient:
         ca_bundle: str | os.PathLike[str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.endpoints = Endpoints(url or calls.default_url())
-        sent = calls.headers(token, agent)
+        self.endpoints = Endpoints(url or default_url())
+        sent = headers(token, agent)
         if "Authorization" in sent:
             refuse_token_in_clear(self.endpoints.urls, transport)
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
@@ -78,9 +91,9 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def send(self, call: calls.Call[T]) -> T:
+    async def send(self, call: Call[T]) -> T:
         """Send one call; retry connection errors and 503 with the same Idempotency-Key."""
-        sending = calls.Sending(call, self)
+        sending = Sending(call, self)
         while True:
             try:
                 response = await self._http.request(**sending.request)
@@ -94,9 +107,18 @@ class AsyncClient:
     # -- writes --------------------------------------------------------------------------
 
     async def register(
-        self, units: Iterable[NewUnit | Mapping[str, Any]], *, key: str | None = None
+        self,
+        units: Iterable[NewUnit | Mapping[str, Any]],
+        *,
+        requires: Iterable[str] = (),
+        max_attempts: int | None = None,
+        key: str | None = None,
     ) -> Registration:
-        return await self.send(calls.register(units, key))
+        """Register up to 1000 units; ones already known by external_ref count as existing.
+        A unit waits while a prerequisite it `requires` (its own, else the batch's: refs of
+        units registered earlier or in this batch) is unfinished; `max_attempts` (1..100,
+        its own, else the batch's, else the server's WL_MAX_ATTEMPTS) bounds its failures."""
+        return await self.send(calls.register(units, requires, max_attempts, key))
 
     async def claim_next(
         self,
@@ -106,11 +128,13 @@ class AsyncClient:
         wait_seconds: int | None = None,
         key: str | None = None,
     ) -> Claim:
+        """Claim the oldest claimable unit (or get back the one held); empty when none."""
         return await self.send(calls.claim_next(domain, lease_seconds, wait_seconds, key))
 
     async def claim_unit(
         self, unit: str, *, lease_seconds: int | None = None, key: str | None = None
     ) -> Claim:
+        """Claim one named unit (uuid or external_ref)."""
         return await self.send(calls.claim_unit(unit, lease_seconds, key))
 
     async def heartbeat(
@@ -119,9 +143,30 @@ class AsyncClient:
         return await self.send(calls.heartbeat(attempt_id, lease_seconds, key))
 
     async def record_cost(
-        self, attempt_id: str, cost_cents: int, *, key: str | None = None
+        self,
+        attempt_id: str,
+        cost_cents: int,
+        *,
+        model: str | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cache_read_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
+        estimated: bool = False,
+        key: str | None = None,
     ) -> Step:
-        return await self.send(calls.record_cost(attempt_id, cost_cents, key))
+        """Record spent money (cents >= 0) on an attempt, optionally by model and tokens;
+        `estimated`: the cents are a list-price estimate. Recorded past a budget's cap too."""
+        record = CostRecord(
+            cost_cents,
+            model,
+            input_tokens,
+            output_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
+            estimated,
+        )
+        return await self.send(calls.record_cost(attempt_id, record, key))
 
     async def start(
         self, unit: str, *, attempt_id: str | None = None, key: str | None = None
@@ -148,6 +193,7 @@ class AsyncClient:
         attempt_id: str | None = None,
         key: str | None = None,
     ) -> Step:
+        """Give the unit back (ready); the attempt ends `abandoned` or `failed`."""
         return await self.send(calls.release(unit, outcome, reason, attempt_id, key))
 
     async def block(
@@ -180,6 +226,34 @@ class AsyncClient:
             calls.dispose(unit, disposition, evidence_url, reason, attempt_id, key)
         )
 
+    async def split(
+        self,
+        unit: str,
+        children: Iterable[NewChild | Mapping[str, Any] | str],
+        *,
+        reason: str | None = None,
+        attempt_id: str | None = None,
+        key: str | None = None,
+    ) -> Split:
+        """Hand back an in_progress unit too big for one attempt as child units (<= 100;
+        each an external_ref, or {"external_ref", "domain"?, "requires"?}). The attempt ends
+        `split`; the unit waits on its children, then comes back ready to integrate."""
+        return await self.send(calls.split(unit, children, reason, attempt_id, key))
+
+    async def waive(
+        self, unit: str, prerequisite: str, *, reason: str | None = None, key: str | None = None
+    ) -> Unit:
+        """Operator: drop one prerequisite of a waiting unit (one held by a DEAD or DEFERRED
+        prerequisite); the unit becomes ready if nothing else holds it."""
+        return await self.send(calls.waive(unit, prerequisite, reason, key))
+
+    async def set_budget(
+        self, fleet: str, cap_cents: int, *, domain: str | None = None, key: str | None = None
+    ) -> Budget:
+        """Operator: set the cap of a fleet's budget (or of one domain of it). Once spent >=
+        cap, nothing in its scope is claimed anew; raising the cap wakes long-polls."""
+        return await self.send(calls.set_budget(fleet, cap_cents, domain, key))
+
     async def cancel_question(
         self, question_id: str, *, reason: str | None = None, key: str | None = None
     ) -> Question:
@@ -205,12 +279,27 @@ class AsyncClient:
         return await self.send(calls.get_unit(unit))
 
     async def list_units(self, **query: Any) -> Page[Unit]:
+        """Query: state, domain, fleet, disposition, limit, cursor."""
         return await self.send(calls.list_units(**query))
 
     async def list_events(
         self, unit: str | None = None, *, limit: int | None = None, cursor: str | None = None
     ) -> Page[Event]:
+        """Newest first; a unit's events, or all events."""
         return await self.send(calls.list_events(unit, limit, cursor))
+
+    async def iter_events(
+        self, unit: str | None = None, *, limit: int = 500
+    ) -> AsyncIterator[Event]:
+        """Every event (of `unit`, or all), newest first, page after page."""
+        cursor: str | None = None
+        while True:
+            page = await self.list_events(unit, limit=limit, cursor=cursor)
+            for event in page.items:
+                yield event
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     async def list_questions(self, **query: Any) -> Page[Question]:
         """Query: status, assignee_group_slug, routed, limit, cursor, wait_seconds."""
@@ -229,6 +318,10 @@ class AsyncClient:
     async def get_question(self, question_id: str, *, wait_seconds: int | None = None) -> Question:
         return await self.send(calls.get_question(question_id, wait_seconds))
 
+    async def budgets(self) -> list[Budget]:
+        """Every budget with its cap, spent and remaining cents (any role but agent)."""
+        return await self.send(calls.budgets())
+
     async def healthz(self) -> dict[str, Any]:
         return await self.send(calls.health("/healthz"))
 
@@ -244,7 +337,11 @@ class AsyncClient:
         start: bool = True,
         heartbeat_fraction: float = 1 / 3,
     ) -> AsyncWork:
-        """Claim the next (or the named) unit; `NothingToClaim` when none is claimable."""
+        """Claim the next unit (or the named `unit`) now; enter the `AsyncWork` to heartbeat.
+
+        Raises `NothingToClaim` when no unit is claimable (after `wait_seconds`). With
+        `start`, a claimed unit is moved to in_progress at once.
+        """
         got = calls.claimed(
             await self.send(calls.claim(domain, unit, lease_seconds, wait_seconds)), domain
         )
@@ -255,25 +352,25 @@ class AsyncClient:
             await work.start()
         return work
 
-    def claim(self, **options: Any) -> _Claiming:
-        """`async with client.claim(domain=...) as work:` (options as for `claim_work`)."""
-        return _Claiming(self, options)
-
-
-class _Claiming:
-    def __init__(self, client: AsyncClient, options: dict[str, Any]) -> None:
-        self._client, self._options = client, options
-        self._work: AsyncWork | None = None
-
-    async def __aenter__(self) -> AsyncWork:
-        self._work = await self._client.claim_work(**self._options)
-        return await self._work.__aenter__()
-
-    async def __aexit__(
+    def claim(
         self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        assert self._work is not None
-        await self._work.__aexit__(exc_type, exc, tb)
+        *,
+        domain: str | None = None,
+        unit: str | None = None,
+        lease_seconds: int | None = None,
+        wait_seconds: int | None = None,
+        start: bool = True,
+        heartbeat_fraction: float = 1 / 3,
+    ) -> AsyncClaiming:
+        """`async with client.claim(domain=...) as work:` claims on entry (as `claim_work`),
+        heartbeats while the block runs, and releases the unit `failed` if the block raises."""
+        return AsyncClaiming(
+            lambda: self.claim_work(
+                domain=domain,
+                unit=unit,
+                lease_seconds=lease_seconds,
+                wait_seconds=wait_seconds,
+                start=start,
+                heartbeat_fraction=heartbeat_fraction,
+            )
+        )

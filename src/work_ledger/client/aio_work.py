@@ -1,22 +1,35 @@
-"""`AsyncWork`: a claimed unit whose lease a background task heartbeats (`AsyncClient.claim`)."""
+"""`AsyncWork`: a claimed unit whose lease is heartbeaten in the background (`AsyncClient.claim`).
+
+An exception raised inside `async with` releases the unit (attempt outcome `failed`), unless
+the claim was lost; a lost claim (`AttemptSuperseded`) stops the heartbeats and is raised by
+the next call on the work, and at the end of the block.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from work_ledger.client import _calls as calls
+from work_ledger.client._aio_heartbeat import AsyncHeartbeat
+from work_ledger.client._sending import Call
 from work_ledger.client._work import WorkBase, deadline_of, next_wait
 from work_ledger.client.errors import Unreachable
-from work_ledger.client.models import Claim, Question, Step, Unit, UnitDetail
+from work_ledger.client.models import Claim, NewChild, Question, Split, Step, Unit, UnitDetail
+from work_ledger.client.money import CostRecord
 from work_ledger.errors import AttemptSuperseded, Unavailable, WorkLedgerError
 
-if TYPE_CHECKING:
-    from work_ledger.client.aio import AsyncClient
-
 T = TypeVar("T")
+
+
+class AsyncSender(Protocol):
+    """What a unit's work needs of its client, `AsyncClient`: to send one call."""
+
+    timeout: float
+
+    async def send(self, call: Call[T]) -> T: ...
 
 
 class AsyncWork(WorkBase):
@@ -24,7 +37,7 @@ class AsyncWork(WorkBase):
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncSender,
         claim: Claim,
         *,
         lease_seconds: int | None = None,
@@ -36,11 +49,19 @@ class AsyncWork(WorkBase):
             on_lost=on_lost,
         )  # fmt: skip
         self.client = client
-        self._task: asyncio.Task[None] | None = None
+        self._heartbeat = AsyncHeartbeat(
+            self._beat,
+            self.interval,
+            name=f"wl-heartbeat-{self.unit.external_ref}",
+            patience=client.timeout + 5,
+        )
 
     @property
     def live(self) -> bool:
+        """Whether the attempt is still held (not ended, not lost)."""
         return self._state.live
+
+    # -- lifecycle -----------------------------------------------------------------------
 
     async def __aenter__(self) -> AsyncWork:
         self.start_heartbeat()
@@ -55,97 +76,117 @@ class AsyncWork(WorkBase):
         await self.stop_heartbeat()
         if exc is not None:
             if (reason := self._release_reason(exc)) is not None:
+                # The original exception matters more; if the release fails the lease lapses.
                 with contextlib.suppress(WorkLedgerError):
                     await self.release(outcome="failed", reason=reason)
             return
         self._state.check()
 
     def start_heartbeat(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._beat())
+        self._heartbeat.start()
 
     async def stop_heartbeat(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._heartbeat.stop()
 
-    async def _beat(self) -> None:
-        while self._state.live:
-            await asyncio.sleep(self.interval)
-            if not self._state.live:
-                return
-            try:
-                step = await self.client.heartbeat(
-                    self.attempt.id, lease_seconds=self._state.lease_seconds
-                )
-            except (Unreachable, Unavailable):
-                continue  # keep trying; if the server stays away, the lease lapses
-            except WorkLedgerError as exc:
-                self._beat_failed(exc)
-                return
-            self._stepped(step)
+    async def _beat(self) -> bool:
+        """One heartbeat; False once the claim is over (ended, or lost: told to `on_lost`)."""
+        if not self._state.live:
+            return False
+        try:
+            step = await self.client.send(
+                calls.heartbeat(self.attempt.id, self._state.lease_seconds, None)
+            )
+        except (Unreachable, Unavailable):
+            return True  # keep trying; if the server stays away, the lease lapses
+        except WorkLedgerError as exc:
+            self._beat_failed(exc)
+            return False
+        self._stepped(step)
+        return self._state.live
 
-    async def _fenced(self, send: Callable[[], Awaitable[T]]) -> T:
+    # -- the unit's writes, fenced by the attempt ----------------------------------------
+
+    async def _fenced(self, call: Call[T]) -> T:
         self._state.check()
         try:
-            return await send()
+            return await self.client.send(call)
         except AttemptSuperseded as exc:
             self._state.lose(exc)
             raise
 
     async def start(self) -> Step:
-        ref, attempt = self.unit.id, self.attempt.id
-        return self._stepped(await self._fenced(lambda: self.client.start(ref, attempt_id=attempt)))
+        """claimed → in_progress."""
+        return self._stepped(await self._fenced(calls.start(self.unit.id, self.attempt.id, None)))
 
     async def heartbeat(self) -> Step:
-        lease = self._state.lease_seconds
-        return self._stepped(
-            await self._fenced(lambda: self.client.heartbeat(self.attempt.id, lease_seconds=lease))
-        )
+        """Renew the lease now (the background heartbeat does it by itself)."""
+        call = calls.heartbeat(self.attempt.id, self._state.lease_seconds, None)
+        return self._stepped(await self._fenced(call))
 
-    async def cost(self, cost_cents: int) -> Step:
-        step = await self.client.record_cost(self.attempt.id, cost_cents)
+    async def cost(
+        self,
+        cost_cents: int,
+        *,
+        model: str | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cache_read_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
+        estimated: bool = False,
+    ) -> Step:
+        """Record spent money on this attempt (optionally by model and tokens); recorded
+        even after the attempt ended, and past a budget's cap."""
+        record = CostRecord(
+            cost_cents,
+            model,
+            input_tokens,
+            output_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
+            estimated,
+        )
+        return await self.record(record)
+
+    async def record(self, record: CostRecord) -> Step:
+        """Record one `CostRecord` on this attempt (as `cost`)."""
+        step = await self.client.send(calls.record_cost(self.attempt.id, record, None))
         self._took_attempt(step.attempt)
         return step
 
     async def verify(self, evidence_url: str, *, reason: str | None = None) -> Step:
-        ref, attempt = self.unit.id, self.attempt.id
-        return self._ended(
-            await self._fenced(
-                lambda: self.client.verify(ref, evidence_url, attempt_id=attempt, reason=reason)
-            )
-        )
+        """in_progress → verified with a link to the evidence; the attempt ends verified."""
+        call = calls.verify(self.unit.id, evidence_url, self.attempt.id, reason, None)
+        return self._ended(await self._fenced(call))
 
     async def release(self, *, outcome: str = "abandoned", reason: str | None = None) -> Step:
-        ref, attempt = self.unit.id, self.attempt.id
-        return self._ended(
-            await self._fenced(
-                lambda: self.client.release(ref, outcome=outcome, reason=reason, attempt_id=attempt)
-            )
-        )
+        """Give the unit back (ready); the attempt ends `abandoned` or `failed`."""
+        call = calls.release(self.unit.id, outcome, reason, self.attempt.id, None)
+        return self._ended(await self._fenced(call))
 
     async def dispose(
         self, disposition: str, *, evidence_url: str | None = None, reason: str | None = None
     ) -> Unit:
-        ref, attempt = self.unit.id, self.attempt.id
-        unit = await self._fenced(
-            lambda: self.client.dispose(
-                ref, disposition, evidence_url=evidence_url, reason=reason, attempt_id=attempt
-            )
-        )
+        """Close the unit: MIGRATED once verified; DROPPED/DEAD in progress; DEFERRED blocked."""
+        call = calls.dispose(self.unit.id, disposition, evidence_url, reason, self.attempt.id, None)
+        unit = await self._fenced(call)
         self._state.end()
         self._took_unit(unit)
         return unit
 
+    async def split(
+        self, children: Iterable[NewChild | Mapping[str, Any] | str], *, reason: str | None = None
+    ) -> Split:
+        """Hand the unit back as children (see `AsyncClient.split`); the attempt ends `split`."""
+        call = calls.split(self.unit.id, children, reason, self.attempt.id, None)
+        done = await self._fenced(call)
+        self._state.end()
+        self._took_unit(done.unit)
+        return done
+
     async def block(self, question: str, *, assignee_group_slug: str | None = None) -> Question:
-        ref, attempt = self.unit.id, self.attempt.id
-        asked = await self._fenced(
-            lambda: self.client.block(
-                ref, question, assignee_group_slug=assignee_group_slug, attempt_id=attempt
-            )
-        )
+        """in_progress → blocked with a question; the lease pauses until it is answered."""
+        call = calls.block(self.unit.id, question, assignee_group_slug, self.attempt.id, None)
+        asked = await self._fenced(call)
         self._took_unit(asked.unit)
         return asked.question
 
@@ -155,10 +196,11 @@ class AsyncWork(WorkBase):
         *,
         timeout: float | None = None,  # noqa: ASYNC109 (a deadline over several long-polls)
     ) -> Question:
+        """Long-poll until the question is answered or cancelled (or `timeout` passes)."""
         deadline = deadline_of(timeout)
         while True:
             wait = next_wait(deadline)
-            question = await self.client.get_question(question_id, wait_seconds=wait)
+            question = await self.client.send(calls.get_question(question_id, wait))
             if question.status != "open" or wait == 0:
                 break
         if question.status != "open":
@@ -171,9 +213,32 @@ class AsyncWork(WorkBase):
         *,
         timeout: float | None = None,  # noqa: ASYNC109 (a deadline over several long-polls)
     ) -> Question:
+        """Block with a question and wait for its answer (`.answer`), or the timeout."""
         return await self.wait_for_answer((await self.block(question)).id, timeout=timeout)
 
     async def refresh(self) -> UnitDetail:
-        detail = await self.client.get_unit(self.unit.id)
+        """Read the unit again (its state, lease and cost)."""
+        detail = await self.client.send(calls.get_unit(self.unit.id))
         self._took_unit(detail.unit)
         return detail
+
+
+class AsyncClaiming:
+    """`async with client.claim(...) as work:` claims on entry, heartbeats, settles on exit."""
+
+    def __init__(self, claim: Callable[[], Awaitable[AsyncWork]]) -> None:
+        self._claim = claim
+        self._work: AsyncWork | None = None
+
+    async def __aenter__(self) -> AsyncWork:
+        self._work = await self._claim()
+        return await self._work.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._work is not None, "__aexit__ without __aenter__"
+        await self._work.__aexit__(exc_type, exc, tb)

@@ -72,6 +72,13 @@ def _code_of(problem: dict[str, Any]) -> str | None:
     return None
 
 
+def rule_of(exc: WorkLedgerError) -> str:
+    """The rule that refused: the problem's `invariant`, else its code (a newer server's
+    code that this SDK maps to the broader class of its status is kept in `extra`)."""
+    code = exc.extra.get("code")
+    return exc.invariant or (code if isinstance(code, str) else exc.code)
+
+
 def error_class(code: str | None, status: int) -> type[WorkLedgerError]:
     """The class for a problem's code, else the broadest class for its HTTP status."""
     if code:
@@ -89,7 +96,8 @@ def error_from_response(status: int, body: bytes) -> WorkLedgerError:
         problem = {}
     if not isinstance(problem, dict):
         problem = {}
-    cls = error_class(_code_of(problem), status)
+    code = _code_of(problem)
+    cls = error_class(code, status)
     detail = problem.get("detail") or problem.get("title")
     if not isinstance(detail, str) or not detail:
         text = body.decode("utf-8", "replace").strip()[:500]
@@ -97,6 +105,8 @@ def error_from_response(status: int, body: bytes) -> WorkLedgerError:
     allowed = problem.get("allowed") or ()
     extra = {k: v for k, v in problem.items() if k not in _PROBLEM_FIELDS}
     extra.setdefault("status", status)
+    if code is not None and code != cls.code:
+        extra["code"] = code  # a code this SDK has no class for (a newer server's): kept
     return cls(
         detail,
         invariant=problem.get("invariant"),

@@ -1,64 +1,16 @@
-"""The records the API returns, as frozen dataclasses parsed from its JSON.
-
-Parsing is tolerant: unknown fields are ignored and missing optional ones default, so an
-older SDK keeps working against a newer server. Ids are strings, times are aware datetimes.
-"""
+"""The records the API returns, as frozen dataclasses parsed from its JSON (`_parse.py`:
+tolerant of unknown and missing fields), and the units to register or split into."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from work_ledger.client._parse import build, objects
+from work_ledger.client.money import ModelCost
+
 T = TypeVar("T")
-
-_TIMES = frozenset(
-    {
-        "created_at",
-        "updated_at",
-        "disposed_at",
-        "lease_expires_at",
-        "last_heartbeat_at",
-        "started_at",
-        "ended_at",
-        "closed_at",
-        "occurred_at",
-    }
-)
-
-
-def _time(value: Any) -> dt.datetime | None:
-    if value is None or isinstance(value, dt.datetime):
-        return value
-    return dt.datetime.fromisoformat(str(value))
-
-
-def _build(cls: type[T], data: dict[str, Any]) -> T:
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name not in data:
-            continue
-        value = data[f.name]
-        if f.name in _TIMES:
-            value = _time(value)
-        elif f.name.endswith("id") and value is not None and not isinstance(value, int):
-            value = str(value)
-        kwargs[f.name] = value
-    return cls(**kwargs)
-
-
-def to_json(value: Any) -> Any:
-    """Plain JSON-ready data from these records (for `--json` output and MCP replies)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {k: to_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_json(v) for v in value]
-    if isinstance(value, dt.datetime):
-        return value.isoformat()
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +31,65 @@ class Unit:
     evidence_urls: list[str] = field(default_factory=list)
     created_at: dt.datetime | None = None
     updated_at: dt.datetime | None = None
+    # DESIGN §12; None from a server that predates it. `parent_id`: the unit it was split
+    # from; `unfinished_prerequisites`: how many still hold it.
+    parent_id: str | None = None
+    unfinished_prerequisites: int | None = None
+    max_attempts: int | None = None
+    failed_attempts: int | None = None
+    attempts_allowed: int | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Unit:
-        return _build(cls, data)
+        return build(cls, data)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitRef:
+    """Another unit as a unit's detail names it: a prerequisite, a child or the parent."""
+
+    id: str
+    external_ref: str
+    state: str | None = None
+    disposition: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        """Done, or abandoned as not needed after all (DROPPED): no longer holds a dependent."""
+        return self.state == "done" or self.disposition == "DROPPED"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> UnitRef:
+        return build(cls, data)
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """One thing a waiting unit waits on: a prerequisite unit, or the answer to a question."""
+
+    kind: str
+    unit: UnitRef | None = None
+    question_id: str | None = None
+
+    def describe(self) -> str:
+        if self.unit is not None:
+            state = self.unit.state or "?"
+            if self.unit.disposition:
+                state += f" {self.unit.disposition}"
+            return f"prerequisite {self.unit.external_ref} ({state})"
+        if self.kind == "answer":
+            return f"the answer to question {self.question_id}"
+        return self.kind
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Waiting:
+        unit = data.get("unit")
+        question = data.get("question_id")
+        return cls(
+            str(data.get("kind", "")),
+            UnitRef.from_json(unit) if isinstance(unit, dict) else None,
+            None if question is None else str(question),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,7 @@ class Attempt:
     cost_cents: int = 0
     evidence_url: str | None = None
     ended_at: dt.datetime | None = None
+    cost_by_model: list[ModelCost] = field(default_factory=list)
 
     @property
     def live(self) -> bool:
@@ -103,7 +111,8 @@ class Attempt:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Attempt:
-        return _build(cls, data)
+        by_model = [ModelCost.from_json(m) for m in objects(data, "cost_by_model")]
+        return build(cls, {**data, "cost_by_model": by_model})
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +132,7 @@ class Question:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Question:
-        return _build(cls, data)
+        return build(cls, data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +151,7 @@ class Event:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Event:
-        return _build(cls, data)
+        return build(cls, data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,9 +198,19 @@ class Asked:
 
 @dataclass(frozen=True, slots=True)
 class UnitDetail:
+    """A unit with its attempts and questions, what it waits on, and its place in a split.
+
+    Fields a server before DESIGN §12 does not send stay empty (None for `subtree_cost_cents`).
+    """
+
     unit: Unit
     attempts: list[Attempt]
     questions: list[Question]
+    waiting_on: list[Waiting] = field(default_factory=list)
+    requires: list[UnitRef] = field(default_factory=list)
+    parent: UnitRef | None = None
+    children: list[UnitRef] = field(default_factory=list)
+    subtree_cost_cents: int | None = None
 
     @property
     def live_attempt(self) -> Attempt | None:
@@ -208,10 +227,17 @@ class UnitDetail:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> UnitDetail:
         unit = data["unit"] if isinstance(data.get("unit"), dict) else data
+        parent = data.get("parent")
+        subtree = data.get("subtree_cost_cents")
         return cls(
             Unit.from_json(unit),
-            [Attempt.from_json(a) for a in data.get("attempts") or []],
-            [Question.from_json(q) for q in data.get("questions") or []],
+            [Attempt.from_json(a) for a in objects(data, "attempts")],
+            [Question.from_json(q) for q in objects(data, "questions")],
+            [Waiting.from_json(w) for w in objects(data, "waiting_on")],
+            [UnitRef.from_json(r) for r in objects(data, "requires")],
+            UnitRef.from_json(parent) if isinstance(parent, dict) else None,
+            [UnitRef.from_json(c) for c in objects(data, "children")],
+            None if subtree is None else int(subtree),
         )
 
 
@@ -242,17 +268,57 @@ class Page(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class NewUnit:
-    """A unit to register."""
+    """A unit to register: `requires` names its prerequisites (external_refs or ids of units
+    registered earlier or in the same batch); `max_attempts` (1..100) overrides the server's
+    WL_MAX_ATTEMPTS."""
 
     external_ref: str
     fleet: str
     domain: str | None = None
     workflow_id: str | None = None
+    requires: tuple[str, ...] = ()
+    max_attempts: int | None = None
 
-    def to_json(self) -> dict[str, str]:
-        body = {"external_ref": self.external_ref, "fleet": self.fleet}
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"external_ref": self.external_ref, "fleet": self.fleet}
         if self.domain is not None:
             body["domain"] = self.domain
         if self.workflow_id is not None:
             body["workflow_id"] = self.workflow_id
+        # Sent only when set: a server before DESIGN §12 refuses unknown fields.
+        if self.requires:
+            body["requires"] = list(self.requires)
+        if self.max_attempts is not None:
+            body["max_attempts"] = self.max_attempts
         return body
+
+
+@dataclass(frozen=True, slots=True)
+class NewChild:
+    """A child unit of a split: fleet inherited, `domain` defaulting to the parent's, and
+    `requires` naming siblings or other units."""
+
+    external_ref: str
+    domain: str | None = None
+    requires: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"external_ref": self.external_ref}
+        if self.domain is not None:
+            body["domain"] = self.domain
+        if self.requires:
+            body["requires"] = list(self.requires)
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """A split's answer: the parent (now waiting on its children) and the children made."""
+
+    unit: Unit
+    children: list[Registered]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Split:
+        children = [Registered(str(c["id"]), c["external_ref"], True) for c in data["children"]]
+        return cls(Unit.from_json(data["unit"]), children)

@@ -11,8 +11,17 @@ import asyncpg
 from work_ledger.config import DEFAULT_STATEMENT_TIMEOUT, Settings
 from work_ledger.embedded.server import DATABASE_NAME, embedded_server_url
 
-# Every connection talks UTC and names itself in pg_stat_activity.
+# Every connection talks UTC and names itself in pg_stat_activity. (Startup parameters, not
+# session SETs: PgBouncer tracks these two and sets them on whichever server it lends.)
 SERVER_SETTINGS = {"timezone": "UTC", "application_name": "work-ledger"}
+# asyncpg's default. Through a transaction pooler (PgBouncer) the next transaction may run
+# on another server, which lacks this one's named prepared statements: a `pooled`
+# connection keeps none (each statement is prepared unnamed, within its own round trips).
+STATEMENT_CACHE_SIZE = 100
+
+
+def _cache_size(pooled: bool) -> int:
+    return 0 if pooled else STATEMENT_CACHE_SIZE
 
 
 def with_database(url: str, database: str) -> str:
@@ -29,8 +38,10 @@ async def ensure_database(admin_url: str, database: str, template: str | None = 
         if not exists:
             quoted = '"' + database.replace('"', '""') + '"'
             clause = "" if template is None else ' TEMPLATE "' + template.replace('"', '""') + '"'
-            # Another process may create it between our look and our create.
-            with contextlib.suppress(asyncpg.DuplicateDatabaseError):
+            # Another process may create it between our look and our create (its commit not
+            # yet visible, e.g. while it waits for a synchronous standby: then the catalog's
+            # unique index refuses ours).
+            with contextlib.suppress(asyncpg.DuplicateDatabaseError, asyncpg.UniqueViolationError):
                 await conn.execute(f"CREATE DATABASE {quoted}{clause}")
     finally:
         await conn.close()
@@ -40,7 +51,7 @@ async def resolve_database_url(settings: Settings) -> str:
     """WL_DATABASE_URL if set; otherwise the embedded server's ledger database."""
     if settings.database_url:
         return settings.database_url
-    admin_url = embedded_server_url(settings.home)
+    admin_url = embedded_server_url(settings.home, wal_mirror=settings.wal_mirror)
     await ensure_database(admin_url, DATABASE_NAME)
     return with_database(admin_url, DATABASE_NAME)
 
@@ -53,9 +64,11 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 
 
 async def connect(
-    url: str, *, server_settings: dict[str, str] = SERVER_SETTINGS
+    url: str, *, server_settings: dict[str, str] = SERVER_SETTINGS, pooled: bool = False
 ) -> asyncpg.Connection:
-    conn = await asyncpg.connect(url, server_settings=server_settings)
+    conn = await asyncpg.connect(
+        url, server_settings=server_settings, statement_cache_size=_cache_size(pooled)
+    )
     await _init_connection(conn)
     return conn
 
@@ -79,6 +92,7 @@ async def create_pool(
     max_size: int = 10,
     statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
     server_settings: dict[str, str] = SERVER_SETTINGS,
+    pooled: bool = False,
 ) -> asyncpg.Pool:
     """asyncpg's pool of connections set up as `connect` sets one up; `min_size` opened now.
     Each statement is bounded by `statement_timeout` seconds (asyncpg's command_timeout,
@@ -88,6 +102,7 @@ async def create_pool(
         min_size=min_size,
         max_size=max_size,
         init=_init_connection,
+        statement_cache_size=_cache_size(pooled),
         reset=_keep_session,
         server_settings=server_settings,
         timeout=CONNECT_TIMEOUT_SECONDS,

@@ -59,6 +59,13 @@ def translate(exc: Exception) -> WorkLedgerError | None:
             f"the write collided with a concurrent one ({exc.sqlstate}: {exc}) and was rolled "
             "back, nothing written; retry the same request (with the same Idempotency-Key)"
         )
+    if isinstance(exc, asyncpg.ReadOnlySQLTransactionError):
+        # A standby answered: HAProxy may send a connection to the member Patroni has just
+        # named leader before it is promoted (measured in tests/ha/test_patroni.py).
+        return Unavailable(
+            "the ledger database is read-only for now (a failover is under way) and wrote "
+            "nothing; retry shortly with the same Idempotency-Key"
+        )
     if isinstance(exc, asyncpg.DataError | asyncpg.ProgramLimitExceededError):
         return InvalidInput(f"the database refused a value: {exc}")
     if isinstance(exc, TimeoutError):  # the pool's connect timeout or WL_STATEMENT_TIMEOUT
@@ -67,6 +74,13 @@ def translate(exc: Exception) -> WorkLedgerError | None:
             "the ledger database did not answer in time (WL_STATEMENT_TIMEOUT); a write "
             "may still be applied when it recovers: retry shortly with the same "
             "Idempotency-Key, which acts once"
+        )
+    if isinstance(exc, asyncpg.OutdatedSchemaCacheError):
+        # Raised while decoding the answer of a statement the server has already run, once
+        # a migration changed a row type this connection had cached (it reloads them now).
+        return Unavailable(
+            "the ledger's schema changed under this request (a migration ran); a write may "
+            "have been applied: retry with the same Idempotency-Key, which acts once"
         )
     if isinstance(exc, _UNAVAILABLE):
         return Unavailable(

@@ -17,6 +17,7 @@ T = TypeVar("T")
 
 class State(StrEnum):
     READY = "ready"
+    WAITING = "waiting"
     CLAIMED = "claimed"
     IN_PROGRESS = "in_progress"
     BLOCKED = "blocked"
@@ -38,6 +39,7 @@ class Outcome(StrEnum):
     FAILED = "failed"
     ABANDONED = "abandoned"
     SUPERSEDED = "superseded"
+    SPLIT = "split"
 
 
 class QuestionStatus(StrEnum):
@@ -46,12 +48,21 @@ class QuestionStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
-# DESIGN §4. claimed → claimed and in_progress → claimed are the stale reclaim.
+# DESIGN §4 and §12. claimed → claimed and in_progress → claimed are the stale reclaim;
+# → waiting is the attempt limit (and, from in_progress, a split).
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.READY: frozenset({State.CLAIMED, State.ABANDONED}),
-    State.CLAIMED: frozenset({State.IN_PROGRESS, State.READY, State.CLAIMED}),
+    State.WAITING: frozenset({State.READY, State.ABANDONED}),
+    State.CLAIMED: frozenset({State.IN_PROGRESS, State.READY, State.CLAIMED, State.WAITING}),
     State.IN_PROGRESS: frozenset(
-        {State.READY, State.CLAIMED, State.BLOCKED, State.VERIFIED, State.ABANDONED}
+        {
+            State.READY,
+            State.CLAIMED,
+            State.BLOCKED,
+            State.VERIFIED,
+            State.ABANDONED,
+            State.WAITING,
+        }
     ),
     State.BLOCKED: frozenset({State.IN_PROGRESS, State.ABANDONED}),
     State.VERIFIED: frozenset({State.DONE}),
@@ -62,6 +73,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
 # Which dispositions may close a unit from each state.
 DISPOSITIONS_FROM: dict[State, frozenset[Disposition]] = {
     State.READY: frozenset({Disposition.DROPPED, Disposition.DEFERRED, Disposition.DEAD}),
+    State.WAITING: frozenset({Disposition.DROPPED, Disposition.DEFERRED, Disposition.DEAD}),
     State.IN_PROGRESS: frozenset({Disposition.DROPPED, Disposition.DEAD}),
     State.BLOCKED: frozenset({Disposition.DEFERRED, Disposition.DEAD}),
     State.VERIFIED: frozenset({Disposition.MIGRATED}),
@@ -74,6 +86,12 @@ HELD = frozenset({State.CLAIMED, State.IN_PROGRESS, State.BLOCKED})
 # The next actions a caller may take from each state, as an agent reads them.
 NEXT_ACTIONS: dict[State, tuple[str, ...]] = {
     State.READY: ("claim", "dispose DROPPED|DEFERRED|DEAD (operator)"),
+    State.WAITING: (
+        "wait for its prerequisites (GET /units/{unit} waiting_on)",
+        "waive a prerequisite (operator)",
+        "unblock (answer the ledger's question)",
+        "dispose DROPPED|DEFERRED|DEAD (operator)",
+    ),
     State.CLAIMED: ("start", "heartbeat", "release", "cost"),
     State.IN_PROGRESS: ("heartbeat", "cost", "block", "verify", "release", "dispose DROPPED|DEAD"),
     State.BLOCKED: ("unblock (answer)", "cancel question", "dispose DEFERRED|DEAD", "cost"),
@@ -99,7 +117,9 @@ def _from_record(cls: type[Any], record: Any) -> Any:
 # Unit, Attempt and Question are read from their table's row values (`u AS unit`, arrays of
 # them), whose fields come in the table's column order. Each dataclass declares its fields
 # in that order (tests/db/test_schema.py checks), so it is built by position: half the
-# cost of by name, on every write's answer. A row of another length is refused (TypeError).
+# cost of by name, on every write's answer. It takes the row's first fields only: a column
+# that the next release adds comes last (ALTER TABLE ADD COLUMN appends), and this release
+# must keep serving while that release rolls out (docs/postgresql.md, expand/contract).
 _STATES = {state.value: state for state in State}
 _DISPOSITIONS = {disposition.value: disposition for disposition in Disposition}
 _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
@@ -124,14 +144,22 @@ class Unit:
     attempt_count: int
     cost_cents: int
     evidence_urls: list[str]
+    parent_id: uuid.UUID | None
+    max_attempts: int
+    attempts_allowed: int
+    failed_attempts: int
+    unfinished_prerequisites: int
 
     @classmethod
     def from_record(cls, record: Any) -> Unit:
-        unit = cls(*record)
+        unit = cls(*record[:_UNIT_FIELDS])
         object.__setattr__(unit, "state", _STATES[unit.state])
         if unit.disposition is not None:
             object.__setattr__(unit, "disposition", _DISPOSITIONS[unit.disposition])
         return unit
+
+
+_UNIT_FIELDS = len(Unit.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +180,13 @@ class Attempt:
 
     @classmethod
     def from_record(cls, record: Any) -> Attempt:
-        attempt = cls(*record)
+        attempt = cls(*record[:_ATTEMPT_FIELDS])
         if attempt.outcome is not None:
             object.__setattr__(attempt, "outcome", _OUTCOMES[attempt.outcome])
         return attempt
+
+
+_ATTEMPT_FIELDS = len(Attempt.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +206,12 @@ class Question:
 
     @classmethod
     def from_record(cls, record: Any) -> Question:
-        question = cls(*record)
+        question = cls(*record[:_QUESTION_FIELDS])
         object.__setattr__(question, "status", _QUESTION_STATUSES[question.status])
         return question
+
+
+_QUESTION_FIELDS = len(Question.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +263,8 @@ class NewUnit:
     fleet: str
     domain: str | None = None
     workflow_id: str | None = None
+    requires: tuple[str, ...] = ()
+    max_attempts: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +288,7 @@ class Actor:
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    unit_id: uuid.UUID
+    unit_id: uuid.UUID | None  # None: a kept summary of the read side, not one unit
     external_ref: str
     rule: str
     detail: str

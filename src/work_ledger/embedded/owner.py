@@ -9,6 +9,10 @@ closed to everyone else. (`ls -l` then shows `drwx--x---+`: with an ACL, the gro
 shows the ACL mask; the group's own entry keeps the permissions it had.)
 
 Run by anyone else, PostgreSQL runs as that user and none of this applies.
+
+The server module asks only for a user (`database_user`, `server_user`: already able to
+reach the wheel's binaries), and then has it `own` and `run` things; every grant is made
+here.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import struct
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from work_ledger.embedded.programs import program
 
 SYSTEM_USER = "wl-postgres"
 
@@ -42,7 +48,12 @@ class DbUser:
     def run(
         self, argv: list[str], *, cwd: Path, timeout: float
     ) -> subprocess.CompletedProcess[str]:
-        """Run a PostgreSQL program as this user, with no WL_* or PG* variable inherited."""
+        """Run a PostgreSQL program as this user in `cwd` (a data directory), with no WL_*
+        or PG* variable inherited.
+
+        The search above `cwd` is granted again each time: a `chmod` of a folder above
+        resets its ACL mask."""
+        grant_search_above(cwd, self)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WL_", "PG"))}
         return subprocess.run(
             argv,
@@ -58,28 +69,36 @@ class DbUser:
         )
 
     def own(self, path: Path) -> None:
-        """Hand `path` (a folder or file the server writes) to this user."""
+        """Hand `path` (a folder or file the server writes) to this user, and let it pass
+        through the folders above."""
         if self.switch:
             os.chown(path, self.uid, self.gid)
+            grant_search_above(path, self)
 
 
 def database_user(pgdata: Path) -> DbUser:
-    """This process's user, or (as root) the system user PostgreSQL runs as."""
-    if os.geteuid() != 0:
-        return DbUser(os.geteuid(), os.getegid(), switch=False)
+    """The user PostgreSQL runs as for `pgdata`, able to reach the wheel's binaries: this
+    process's, or (as root) the owner of a data directory made earlier, else `wl-postgres`."""
     made = pgdata / "PG_VERSION"
-    if made.exists() and made.stat().st_uid != 0:
+    if os.geteuid() == 0 and made.exists() and made.stat().st_uid != 0:
         info = made.stat()  # a data directory made earlier keeps its owner
-        return DbUser(info.st_uid, info.st_gid, switch=True)
+        return _reaching_binaries(DbUser(info.st_uid, info.st_gid, switch=True))
     return server_user()
 
 
 def server_user() -> DbUser:
-    """The user a new PostgreSQL server runs as: this process's, or (as root) `wl-postgres`."""
+    """The user a new PostgreSQL server runs as, able to reach the wheel's binaries: this
+    process's, or (as root) `wl-postgres`."""
     if os.geteuid() != 0:
         return DbUser(os.geteuid(), os.getegid(), switch=False)
     entry = _system_user(SYSTEM_USER)
-    return DbUser(entry.pw_uid, entry.pw_gid, switch=True)
+    return _reaching_binaries(DbUser(entry.pw_uid, entry.pw_gid, switch=True))
+
+
+def _reaching_binaries(user: DbUser) -> DbUser:
+    # The wheel may sit in a checkout under a private folder (a `mktemp -d` clone).
+    grant_search_above(program("postgres"), user)
+    return user
 
 
 def _system_user(name: str) -> pwd.struct_passwd:

@@ -12,9 +12,9 @@ that was killed. Here:
 - every connection authenticates with a password (SCRAM-SHA-256). The password is made at
   `initdb`, kept in WL_HOME/pgpass (0600) and named in the URL by path (`passfile=`), so
   it never appears in a URL, an argv or a log;
-- run as root, PostgreSQL runs as a system user of its own (see `pg_owner`), granted what
+- run as root, PostgreSQL runs as a system user of its own (see `owner`), granted what
   it needs by ACL entries, never by widening a folder's mode;
-- the processes that use the server are recorded with their start times (`pg_holders`);
+- the processes that use the server are recorded with their start times (`holders`);
   the last live one stops it, whether or not the others exited cleanly.
 """
 
@@ -35,8 +35,9 @@ from urllib.parse import quote
 
 import psutil
 
+from work_ledger.embedded import walmirror
 from work_ledger.embedded.holders import Holder, live_holders, write_holders
-from work_ledger.embedded.owner import DbUser, database_user, grant_search_above
+from work_ledger.embedded.owner import DbUser, database_user
 from work_ledger.embedded.programs import program
 
 DATABASE_NAME = "work_ledger"
@@ -50,17 +51,22 @@ _START_SECONDS = 120
 _HBA = (
     "# work-ledger: local socket only, every role by password (SCRAM); no TCP listener.\n"
     "local all all scram-sha-256\n"
+    "# pg_basebackup (backup --base) and pg_receivewal (WL_WAL_MIRROR), the superuser only.\n"
+    f"local replication {SUPERUSER} scram-sha-256\n"
 )
 
 _attached: dict[Path, str] = {}
 
 
-def embedded_server_url(home: Path, *, delete_on_exit: bool = False) -> str:
+def embedded_server_url(
+    home: Path, *, delete_on_exit: bool = False, wal_mirror: Path | None = None
+) -> str:
     """Start (or attach to) the embedded server under `home` and return its admin URL.
 
     The process stays recorded as a holder until it exits; the last holder stops the
     server. `delete_on_exit` removes the data when that happens (throwaway servers such as
-    the test suite's)."""
+    the test suite's). `wal_mirror`: a folder that receives the WAL before each commit is
+    acknowledged (walmirror.py), from a server started here on."""
     home = home.expanduser().resolve()
     pgdata = home / "pgdata"
     if pgdata in _attached:
@@ -70,8 +76,10 @@ def embedded_server_url(home: Path, *, delete_on_exit: bool = False) -> str:
     with _locked(home):
         user = database_user(pgdata)
         _initialise(home, pgdata, user)
-        socket_dir = _running_socket_dir(pgdata) or _start(pgdata, user)
+        socket_dir = _running_socket_dir(pgdata) or _start(pgdata, user, wal_mirror)
         _secure_legacy(home, pgdata, user, socket_dir)
+        if wal_mirror is not None:
+            walmirror.start(home, wal_mirror.expanduser().resolve(), socket_dir, SUPERUSER)
         write_holders(home / HOLDERS_RECORD, [*live_holders(home / HOLDERS_RECORD), me])
     atexit.register(_detach, home, me, delete_on_exit)
     url = (
@@ -88,10 +96,7 @@ def pg_ctl(pgdata: Path, *args: str) -> None:
 
 
 def _run_as_db(user: DbUser, pgdata: Path, argv: list[str]) -> None:
-    """Run a server program as its OS user; fails with the program's words and the log's.
-
-    The grant is renewed each time: a `chmod` of a folder above resets its ACL mask."""
-    grant_search_above(pgdata, user)
+    """Run a server program as its OS user; fails with the program's words and the log's."""
     _check(user.run(argv, cwd=pgdata, timeout=_START_SECONDS + 30), pgdata)
 
 
@@ -124,7 +129,6 @@ def _check(done: subprocess.CompletedProcess[str], pgdata: Path) -> None:
 
 def _initialise(home: Path, pgdata: Path, user: DbUser) -> None:
     """A new data directory, SCRAM-only, with its superuser's password in WL_HOME/pgpass."""
-    grant_search_above(Path(str(program("postgres"))), user)
     pgdata.mkdir(mode=0o700, exist_ok=True)
     if (pgdata / "PG_VERSION").exists():
         if (home / PASSFILE).exists():
@@ -160,9 +164,11 @@ def _running_socket_dir(pgdata: Path) -> Path | None:
     return socket_dir if (socket_dir / _SOCKET).exists() else None
 
 
-def _start(pgdata: Path, user: DbUser) -> Path:
+def _start(pgdata: Path, user: DbUser, wal_mirror: Path | None) -> Path:
     socket_dir = _socket_dir(pgdata, user)
     options = f"-h '' -k {shlex.quote(str(socket_dir))} -c unix_socket_permissions=0700"
+    if wal_mirror is not None:
+        options += f" {walmirror.SERVER_OPTIONS}"
     argv = [str(program("pg_ctl")), "-D", str(pgdata), "-w", "-t", str(_START_SECONDS)]
     argv += ["-l", str(pgdata / "log"), "-o", options, "start"]
     _run_as_db(user, pgdata, argv)
@@ -178,7 +184,6 @@ def _socket_dir(pgdata: Path, user: DbUser) -> Path:
         if base and len(os.fsencode(Path(base) / "wl-pg-xxxxxxxx" / _SOCKET)) <= _SOCKET_PATH_MAX:
             folder = Path(tempfile.mkdtemp(prefix="wl-pg-", dir=base))  # 0700, a fresh name
             user.own(folder)
-            grant_search_above(folder, user)
             return folder
     raise RuntimeError("no folder short enough for the embedded PostgreSQL's socket")
 
@@ -220,9 +225,10 @@ def _detach(home: Path, me: Holder, delete: bool) -> None:
             pg_ctl(pgdata, "-w", "-m", "fast", "stop")
             if socket_dir != pgdata:
                 shutil.rmtree(socket_dir, ignore_errors=True)
+        walmirror.stop(home)  # once the server has streamed it all, or is gone
         if delete:
             shutil.rmtree(pgdata, ignore_errors=True)
-            for name in (PASSFILE, HOLDERS_RECORD):
+            for name in (PASSFILE, HOLDERS_RECORD, walmirror.LOG_FILE):
                 (home / name).unlink(missing_ok=True)
     _attached.pop(pgdata, None)
     if delete:

@@ -25,21 +25,21 @@ from work_ledger.domain.model import (
     Attempt,
     Claim,
     Disposition,
-    NewUnit,
     Outcome,
     Question,
     QuestionStatus,
-    Registered,
     State,
     Unit,
     states_disposable_as,
 )
+from work_ledger.domain.shape import CostRecord, check_cost_record
 from work_ledger.errors import (
     InvalidInput,
     InvariantViolation,
     NotHolder,
 )
-from work_ledger.service.reads import LedgerReads
+from work_ledger.service.budgets import BudgetWrites
+from work_ledger.service.shape import ShapeWrites
 
 # The states start, verify and release leave (parameters of their statements, units.sql).
 _STARTABLE = [State.CLAIMED]
@@ -47,8 +47,9 @@ _VERIFIABLE = [State.IN_PROGRESS]
 _RELEASABLE = [State.CLAIMED, State.IN_PROGRESS]
 
 
-class Ledger(LedgerReads):
-    """The ledger's use cases over a `Store`: the writes here, the reads in `LedgerReads`."""
+class Ledger(ShapeWrites, BudgetWrites):
+    """The ledger's use cases over a `Store`: the writes here, register, split and waive in
+    `ShapeWrites`, budgets in `BudgetWrites`, the reads in `LedgerReads`."""
 
     def __init__(
         self,
@@ -56,50 +57,21 @@ class Ledger(LedgerReads):
         *,
         lease_seconds: int = 900,
         evidence_prefixes: Sequence[str] = (),
+        max_attempts: int = 5,
     ) -> None:
         self.store = store
         self.lease_seconds = lease_seconds
         self.evidence_prefixes = tuple(evidence_prefixes)
+        self.max_attempts = max_attempts
 
     def on(self, store: Store) -> Ledger:
         """The same use cases, their statements run by `store` (in a caller's transaction)."""
         return Ledger(
-            store, lease_seconds=self.lease_seconds, evidence_prefixes=self.evidence_prefixes
+            store,
+            lease_seconds=self.lease_seconds,
+            evidence_prefixes=self.evidence_prefixes,
+            max_attempts=self.max_attempts,
         )
-
-    # -- register ------------------------------------------------------------------------
-
-    async def register(self, units: Sequence[NewUnit], actor: Actor) -> list[Registered]:
-        """Register a batch; units already known by external_ref are left as they are."""
-        if not 1 <= len(units) <= MAX_BATCH:
-            raise InvalidInput(
-                f"register between 1 and {MAX_BATCH} units per batch, not {len(units)}"
-            )
-        first_seen: dict[str, int] = {}
-        for position, unit in enumerate(units):
-            if unit.external_ref in first_seen:
-                raise InvalidInput(
-                    f"external_ref {unit.external_ref!r} appears twice in this batch "
-                    f"(units[{first_seen[unit.external_ref]}] and units[{position}]); send it once"
-                )
-            first_seen[unit.external_ref] = position
-        args = (
-            [u.external_ref for u in units],
-            [u.fleet for u in units],
-            [u.domain or "default" for u in units],
-            [u.workflow_id for u in units],
-            actor.name,
-        )
-        rows = await self.store.fetch("register_units", *args)
-        created = [row["created"] for row in rows]
-        if any(row["id"] is None for row in rows):
-            # A concurrent batch inserted some of ours after our snapshot: run again, it is
-            # idempotent and now sees them. What the first run created stays `created`.
-            rows = await self.store.fetch("register_units", *args)
-        return [
-            Registered(row["id"], row["external_ref"], row["created"] or first)
-            for row, first in zip(rows, created, strict=True)
-        ]
 
     # -- claim ---------------------------------------------------------------------------
 
@@ -170,16 +142,28 @@ class Ledger(LedgerReads):
         return [row["claimed_by"] for row in rows]
 
     async def record_cost(
-        self, attempt_id: uuid.UUID, cost_cents: int, actor: Actor
+        self,
+        attempt_id: uuid.UUID,
+        cost_cents: int | CostRecord,
+        actor: Actor,
     ) -> tuple[Unit, Attempt]:
-        """Add `cost_cents` to an attempt, and so to its unit. Spent money is always recorded,
-        even against an attempt that has ended."""
-        if cost_cents <= 0:
-            raise InvalidInput(
-                f"cost_cents must be a positive whole number of cents, not {cost_cents}"
-            )
+        """Keep a cost record (cents, and optionally model and tokens) against an attempt;
+        the attempt's and its unit's cost grow by its cents. Spent money is always
+        recorded: against an ended attempt, and past a spent budget."""
+        record = cost_cents if isinstance(cost_cents, CostRecord) else CostRecord(cost_cents)
+        check_cost_record(record)
         row = await self.store.fetchrow(
-            "record_cost", attempt_id, cost_cents, actor.holder, actor.name
+            "record_cost",
+            attempt_id,
+            record.cost_cents,
+            actor.holder,
+            actor.name,
+            record.model,
+            record.input_tokens,
+            record.output_tokens,
+            record.cache_read_tokens,
+            record.cache_write_tokens,
+            record.estimated,
         )
         if row is None:
             raise await self._attempt_refused(attempt_id, actor, "record cost for")
@@ -283,7 +267,9 @@ class Ledger(LedgerReads):
         question_id: uuid.UUID | None = None,
         lease_seconds: int | None = None,
     ) -> tuple[Unit, Question]:
-        """blocked → in_progress: answer the open question; the holder's lease restarts."""
+        """blocked → in_progress: answer the open question; the holder's lease restarts.
+        waiting → ready for a unit parked at its attempt limit: it may be tried
+        max_attempts times more."""
         unit_id = await self.resolve(unit_ref)
         row = await self._resume(unit_id, question_id, answer, actor, lease_seconds, None)
         return Unit.from_record(row["unit"]), Question.from_record(row["question"])
@@ -335,6 +321,13 @@ class Ledger(LedgerReads):
             question = await self.get_question(question_id)  # type: ignore[arg-type]
             unit_id = question.unit_id
         unit, _ = await self._look(unit_id)
+        if unit.state is State.WAITING and answer is not None:
+            # Parked at its attempt limit: the answer allows max_attempts more.
+            parked = await self.store.fetchrow(
+                "answer_parked_unit", unit_id, question_id, answer, actor.name
+            )
+            if parked is not None:
+                return parked
         if unit.state is State.BLOCKED:
             raise refusals.not_the_open_question(unit, question_id)
         raise refusals.wrong_state(unit, "unblock", [State.BLOCKED])

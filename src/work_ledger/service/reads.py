@@ -6,10 +6,11 @@ the caller may do next. `Ledger` (service.py) adds the writes.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import uuid
 
 from work_ledger.db.store import Store
-from work_ledger.domain import keyset, refusals
+from work_ledger.domain import keyset, refusals, shape
 from work_ledger.domain.model import (
     HELD,
     Actor,
@@ -78,7 +79,29 @@ class LedgerReads:
         other = None if held is None else Unit.from_record(held["unit"])
         if other is not None and other.id == unit_id:
             other = None
+        if other is None:
+            why = await self._shape_refusal(unit)
+            if why is not None:
+                return why
         return refusals.claim_refused(unit, agent, other)
+
+    async def _shape_refusal(self, unit: Unit) -> WorkLedgerError | None:
+        """Why DESIGN §12 keeps this unit from a claim: it waits (on prerequisites, or on
+        the ledger's question at its attempt limit), or its budget is spent."""
+        if unit.state is State.WAITING:
+            row = await self.store.fetchrow("unit_shape", unit.id)
+            waiting_on = [] if row is None else list(row["waiting_on"])
+            if any(w["kind"] == "answer" for w in waiting_on):
+                return shape.attempt_limit_reached(unit, waiting_on)
+            return shape.prerequisites_unfinished(unit, waiting_on)
+        lapsed = unit.lease_expires_at is not None and unit.lease_expires_at < dt.datetime.now(
+            dt.UTC
+        )
+        if unit.state is State.READY or lapsed:
+            budget = await self.store.fetchrow("exhausted_budget_of", unit.fleet, unit.domain)
+            if budget is not None:
+                return shape.budget_exhausted(unit, dict(budget))
+        return None
 
     async def _attempt_refused(
         self, attempt_id: uuid.UUID, actor: Actor, action: str

@@ -21,6 +21,7 @@ from work_ledger.api.schemas import (
 from work_ledger.api.wire import answer_as, body_doc
 from work_ledger.api.writes import Write, write_of
 from work_ledger.domain.model import Attempt, Unit
+from work_ledger.domain.shape import CostRecord
 from work_ledger.service.keyed import Keying
 from work_ledger.service.tokens import Role
 
@@ -65,9 +66,12 @@ async def record_cost(
     attempt_id: uuid.UUID,
     w: Annotated[Write[CostIn], Depends(write_of(CostIn, Role.AGENT))],
 ) -> Response:
-    """Add spent cents to an attempt (and its unit); recorded even after the attempt ended."""
+    """Record cost against an attempt: cents, and optionally the model and its tokens (each
+    record is kept; the attempt's and unit's cost_cents are their sums). Recorded even
+    after the attempt ended, and past a spent budget."""
+    record = CostRecord(**w.body.model_dump())
     return await w.run(
         Keying.ATOMIC,
-        lambda svc: svc.record_cost(attempt_id, w.body.cost_cents, w.caller.actor()),
+        lambda svc: svc.record_cost(attempt_id, record, w.caller.actor()),
         lambda result: _unit_attempt(request, result),
     )

@@ -15,6 +15,7 @@ from work_ledger.api.schemas import (
     UNIT_ATTEMPT_JSON,
     UNIT_ONLY_JSON,
     UNIT_QUESTION_JSON,
+    AttemptOut,
     BlockIn,
     DisposeIn,
     DisposeOut,
@@ -76,8 +77,21 @@ def _unit_question(request: Request, result: tuple[Unit, Question], status: int 
 async def register_units(
     w: Annotated[Write[RegisterIn], Depends(write_of(RegisterIn))],
 ) -> Response:
-    """Register a batch of units (operator). Known external_refs are left as they are."""
-    units = [NewUnit(u.external_ref, u.fleet, u.domain, u.workflow_id) for u in w.body.units]
+    """Register a batch of units (operator). Known external_refs are left as they are.
+
+    A unit whose `requires` lists an unfinished unit is registered `waiting`; it becomes
+    ready by itself when the last one finishes (done, or DROPPED)."""
+    units = [
+        NewUnit(
+            u.external_ref,
+            u.fleet,
+            u.domain,
+            u.workflow_id,
+            requires=tuple(u.requires),
+            max_attempts=u.max_attempts,
+        )
+        for u in w.body.units
+    ]
 
     def registered_out(registered: list[Registered]) -> Response:
         created = sum(1 for r in registered if r.created)
@@ -254,11 +268,21 @@ async def list_units(
 
 @router.get("/units/{unit:path}")
 async def get_unit(request: Request, unit: UnitRef, svc: LedgerDep, _: Reader) -> UnitDetailOut:
-    """One unit with its attempts and questions."""
+    """One unit with its attempts (each with its cost by model) and questions, what it
+    waits on, its requirements, parent, children and the cost of its whole subtree."""
     detail = await svc.get_unit(unit)
     unit_logged(request, detail.unit.id)
+    shape = await svc.unit_shape(detail.unit.id)
     data = UnitOut.model_validate(detail.unit).model_dump()
+    by_attempt = shape.pop("cost_by_model")
+    attempts = [
+        {
+            **AttemptOut.model_validate(a).model_dump(),
+            "cost_by_model": by_attempt.get(str(a.id), []),
+        }
+        for a in detail.attempts
+    ]
     return UnitDetailOut.model_validate(
-        {**data, "attempts": detail.attempts, "questions": detail.questions},
+        {**data, **shape, "attempts": attempts, "questions": detail.questions},
         from_attributes=True,
     )

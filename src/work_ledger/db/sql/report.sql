@@ -17,13 +17,20 @@ WHERE $1::text IS NULL OR (scope = 'domain' AND domain = $1)
 ORDER BY scope = 'total', domain;
 
 -- name: read_stall_list
--- $1 domain or null. Longest silent first.
+-- $1 domain or null, $2 how many (null: all). Longest silent first: the view's own order
+-- (oldest heartbeat first), which its index gives without a sort.
 SELECT unit_id, external_ref, fleet, domain, state, holder, attempt_id, attempt_no,
        last_heartbeat_at, lease_expires_at, lease_expired, stalled_seconds,
        stall_threshold_seconds
 FROM v_stall_list
 WHERE $1::text IS NULL OR domain = $1
-ORDER BY stalled_seconds DESC, external_ref;
+ORDER BY last_heartbeat_at, unit_id
+LIMIT $2;
+
+-- name: read_stall_count
+-- $1 domain or null: how many units the stall list holds.
+SELECT coalesce(sum(stalled_units), 0)::bigint AS stalled
+FROM v_stall_counts WHERE $1::text IS NULL OR domain = $1;
 
 -- name: read_cost_summary
 -- $1 domain or null: the domain rows and the total row of v_cost_per_unit.
@@ -50,13 +57,19 @@ WHERE scope IN ('domain', 'total') AND ($1::text IS NULL OR (scope = 'domain' AN
 ORDER BY scope = 'total', domain;
 
 -- name: read_reworked_units
--- $1 domain or null, $2 how many: the units that took the most attempts.
+-- $1 domain or null, $2 how many: the units that took the most attempts. Picked from
+-- v_cost_per_unit (a unit's own columns), then looked up in v_rework by id: an array
+-- computed first (ARRAY(...)), so the lookup is an index scan of those units alone.
 SELECT domain, unit_id, external_ref, state, disposition, attempts, superseded_attempts,
        released_attempts
 FROM v_rework
-WHERE scope = 'unit' AND ($1::text IS NULL OR domain = $1)
-ORDER BY attempts DESC, external_ref
-LIMIT $2;
+WHERE scope = 'unit'
+  AND unit_id = ANY (ARRAY(SELECT c.unit_id FROM v_cost_per_unit AS c
+                           WHERE c.scope = 'unit' AND c.attempts > 1
+                             AND ($1::text IS NULL OR c.domain = $1)
+                           ORDER BY c.attempts DESC, c.external_ref
+                           LIMIT $2))
+ORDER BY attempts DESC, external_ref;
 
 -- name: read_disposition_summary
 -- $1 domain or null (then the four total rows, one per disposition).
@@ -77,15 +90,51 @@ WHERE CASE WHEN $1::text IS NULL THEN scope IN ('group', 'total')
            ELSE scope = 'domain' AND domain = $1 END
 ORDER BY scope = 'total', oldest_open_seconds DESC, assignee_group_slug;
 
+-- name: read_waiting
+-- $1 domain or null, $2 how many: the waiting units, those held by a DEAD or DEFERRED
+-- prerequisite first (they never finish: an operator waives or disposes), then the longest
+-- waiting. One row per reason a unit waits.
+SELECT unit_id, external_ref, domain, reason, prerequisite_ref, prerequisite_state,
+       prerequisite_disposition, question_id, waiting_since
+FROM v_waiting
+WHERE $1::text IS NULL OR domain = $1
+ORDER BY prerequisite_disposition IN ('DEAD', 'DEFERRED') IS NOT TRUE, waiting_since,
+         external_ref
+LIMIT $2;
+
+-- name: read_waiting_count
+-- $1 domain or null: how many rows v_waiting holds.
+SELECT count(*) FROM v_waiting WHERE $1::text IS NULL OR domain = $1;
+
+-- name: read_budgets
+-- $1 domain or null (then every budget; with a domain, its own and its fleets' budgets).
+SELECT fleet, domain, cap_cents, spent_cents, remaining_cents, exhausted, percent_used
+FROM v_budget
+WHERE $1::text IS NULL OR domain IS NULL OR domain = $1
+ORDER BY percent_used DESC NULLS LAST, fleet, domain NULLS FIRST;
+
+-- name: read_cost_by_model
+-- $1 domain or null: cost records summed per model (over every fleet and domain, or one).
+SELECT model, sum(cost_cents)::bigint AS cost_cents,
+       coalesce(sum(estimated_cents), 0)::bigint AS estimated_cents,
+       sum(input_tokens)::bigint AS input_tokens, sum(output_tokens)::bigint AS output_tokens,
+       sum(cache_read_tokens)::bigint AS cache_read_tokens,
+       sum(cache_write_tokens)::bigint AS cache_write_tokens, sum(records)::bigint AS records
+FROM v_cost_by_model
+WHERE $1::text IS NULL OR domain = $1
+GROUP BY model
+ORDER BY sum(cost_cents) DESC, model NULLS LAST;
+
 -- name: read_metrics_snapshot
 -- Everything /metrics reads from the views, in one round trip: queue depth by domain and
 -- state, stalled units by domain, attempts (one per claim) and stale reclaims by domain,
--- open questions and the oldest one's age by assignee group.
+-- open questions and the oldest one's age by assignee group, waiting units by domain and
+-- reason (a DEAD or DEFERRED prerequisite, an unfinished one, the attempt limit) with the
+-- oldest one's wait, and each budget's cap, spend and what remains.
 SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
         FROM v_queue_depth AS q WHERE q.scope = 'domain') AS queue_depth,
-       (SELECT coalesce(jsonb_object_agg(s.domain, s.units), '{}')
-        FROM (SELECT domain, count(*) AS units FROM v_stall_list GROUP BY domain) AS s)
-           AS stalled,
+       (SELECT coalesce(jsonb_object_agg(s.domain, s.stalled_units), '{}')
+        FROM v_stall_counts AS s) AS stalled,
        (SELECT coalesce(jsonb_object_agg(c.domain, c.attempts), '{}')
         FROM v_cost_per_unit AS c WHERE c.scope = 'domain') AS claims,
        (SELECT coalesce(jsonb_object_agg(r.domain, r.superseded_attempts), '{}')
@@ -93,7 +142,22 @@ SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'group', w.assignee_group_slug, 'open', w.open_questions,
                    'oldest', w.oldest_open_seconds)), '[]')
-        FROM v_question_wait AS w WHERE w.scope = 'group') AS question_wait;
+        FROM v_question_wait AS w WHERE w.scope = 'group') AS question_wait,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'domain', w.domain, 'reason', w.reason, 'units', w.units,
+                   'oldest', w.oldest)), '[]')
+        FROM (SELECT v.domain,
+                     CASE WHEN v.reason = 'answer' THEN 'attempt_limit'
+                          WHEN v.prerequisite_disposition = 'DEAD' THEN 'dead_prerequisite'
+                          WHEN v.prerequisite_disposition = 'DEFERRED' THEN 'deferred_prerequisite'
+                          ELSE 'unfinished_prerequisite' END AS reason,
+                     count(DISTINCT v.unit_id) AS units,
+                     floor(extract(epoch FROM now() - min(v.waiting_since)))::bigint AS oldest
+              FROM v_waiting AS v GROUP BY 1, 2) AS w) AS waiting,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'fleet', b.fleet, 'domain', coalesce(b.domain, '(all)'), 'cap', b.cap_cents,
+                   'spent', b.spent_cents, 'remaining', b.remaining_cents)), '[]')
+        FROM v_budget AS b) AS budgets;
 
 -- name: read_grant_reader
 -- $1 role name, $2 SCRAM-SHA-256 password verifier: the views the role may now read.

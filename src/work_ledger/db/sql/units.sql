@@ -3,36 +3,81 @@
 -- event. Zero rows back means the guard refused; the service then looks once to say why.
 
 -- name: register_units
--- $1 refs, $2 fleets, $3 domains, $4 workflow ids (parallel arrays), $5 acting principal.
+-- $1 refs, $2 fleets, $3 domains, $4 workflow ids, $6 max_attempts (parallel arrays),
+-- $5 acting principal; requirements as parallel arrays too: $7 the requiring unit's ref,
+-- $8 the prerequisite's ref or id as sent, $9 that as a uuid when it is one (else null).
+-- A unit with an unfinished prerequisite is registered waiting. A prerequisite named that
+-- is neither registered nor in the batch writes nothing and comes back as `unknown`.
 WITH input AS (
-    SELECT i.external_ref, i.fleet, i.domain, i.workflow_id, i.ord
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])
-         WITH ORDINALITY AS i (external_ref, fleet, domain, workflow_id, ord)
+    SELECT i.external_ref, i.fleet, i.domain, i.workflow_id, i.max_attempts, i.ord
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::integer[])
+         WITH ORDINALITY AS i (external_ref, fleet, domain, workflow_id, max_attempts, ord)
+), wanted AS (
+    SELECT w.dependent, w.key, w.key_id
+    FROM unnest($7::text[], $8::text[], $9::uuid[]) AS w (dependent, key, key_id)
+), known AS (
+    -- Share-locked: a prerequisite cannot finish unseen between this look and our commit
+    -- (its finishing waits for us, then lowers the counters of the dependents we add).
+    SELECT u.id, u.external_ref, u.state, u.disposition FROM work_units AS u
+    WHERE u.external_ref = ANY ($8::text[]) OR u.id = ANY ($9::uuid[])
+    ORDER BY u.id
+    FOR SHARE
+), resolved AS (
+    SELECT w.dependent, w.key, k.id AS known_id,
+           CASE WHEN k.id IS NOT NULL THEN NOT wl_is_finished(k.state, k.disposition)
+                ELSE b.external_ref IS NOT NULL END AS unfinished,
+           k.id IS NULL AND b.external_ref IS NULL AS unknown
+    FROM wanted AS w
+    LEFT JOIN known AS k ON k.external_ref = w.key OR k.id = w.key_id
+    LEFT JOIN input AS b ON b.external_ref = w.key
+), unknown AS (
+    SELECT DISTINCT key FROM resolved WHERE unknown
+), counted AS (
+    SELECT dependent, count(DISTINCT coalesce(known_id::text, key)) FILTER (WHERE unfinished) AS n
+    FROM resolved GROUP BY dependent
 ), inserted AS (
     -- Rows go in in external_ref order, so that overlapping batches take their keys in one
     -- order and cannot deadlock; created_at (one clock reading + ord microseconds) keeps
     -- the batch's own order in the ready queue.
-    INSERT INTO work_units (external_ref, fleet, domain, workflow_id, created_at)
-    SELECT external_ref, fleet, domain, workflow_id,
-           (SELECT clock_timestamp()) + make_interval(secs => ord / 1e6)
-    FROM input ORDER BY external_ref
+    INSERT INTO work_units (external_ref, fleet, domain, workflow_id, created_at, state,
+                            max_attempts, attempts_allowed, unfinished_prerequisites)
+    SELECT i.external_ref, i.fleet, i.domain, i.workflow_id,
+           (SELECT clock_timestamp()) + make_interval(secs => i.ord / 1e6),
+           CASE WHEN coalesce(c.n, 0) > 0 THEN 'waiting' ELSE 'ready' END::work_state,
+           i.max_attempts, i.max_attempts, coalesce(c.n, 0)
+    FROM input AS i LEFT JOIN counted AS c ON c.dependent = i.external_ref
+    WHERE NOT EXISTS (SELECT 1 FROM unknown)
+    ORDER BY i.external_ref
     ON CONFLICT (external_ref) DO NOTHING
     RETURNING id, external_ref, state
+), edges AS (
+    -- Only a unit created now gets requirements: re-registering changes nothing.
+    INSERT INTO unit_requirements (unit_id, prerequisite_id)
+    SELECT DISTINCT d.id, coalesce(r.known_id, p.id)
+    FROM resolved AS r
+    JOIN inserted AS d ON d.external_ref = r.dependent
+    LEFT JOIN inserted AS p ON p.external_ref = r.key AND r.known_id IS NULL
+    WHERE coalesce(r.known_id, p.id) IS NOT NULL
 ), registered AS (
     INSERT INTO work_unit_events (unit_id, event_type, to_state, agent_id)
     SELECT id, 'registered', state, $5 FROM inserted
 )
-SELECT coalesce(n.id, u.id) AS id, i.external_ref, n.id IS NOT NULL AS created
+SELECT coalesce(n.id, u.id) AS id, i.external_ref, n.id IS NOT NULL AS created,
+       NULL::text AS unknown, i.ord
 FROM input AS i
 LEFT JOIN inserted AS n ON n.external_ref = i.external_ref
 LEFT JOIN work_units AS u ON u.external_ref = i.external_ref
-ORDER BY i.ord;
+WHERE NOT EXISTS (SELECT 1 FROM unknown)
+UNION ALL
+SELECT NULL, NULL, false, key, 0 FROM unknown
+ORDER BY ord;
 
 -- name: claim_next_unit
 -- Pull-next as most calls need it: $1 agent, $2 domain or null, $3 lease seconds. When the
 -- agent holds no live claim and no lease has lapsed (in the domain asked), the oldest ready
 -- unit is claimed, as claim_unit would claim it, with half its plan. Otherwise nothing is
 -- claimed and one row says `full`: resume and reclaim come first, so claim_unit must run.
+-- A unit whose fleet's or domain's budget is spent is skipped (wl_budget_open, 0011).
 WITH full_claim AS (
     SELECT EXISTS (SELECT 1 FROM work_units
                    WHERE claimed_by = $1 AND state IN ('claimed', 'in_progress'))
@@ -41,13 +86,14 @@ WITH full_claim AS (
 ), fresh AS (
     SELECT id FROM work_units
     WHERE $2::text IS NULL AND state = 'ready' AND NOT (SELECT needed FROM full_claim)
+      AND wl_budget_open(fleet, domain)
     ORDER BY created_at, id
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
 ), fresh_in_domain AS (
     SELECT id FROM work_units
     WHERE $2::text IS NOT NULL AND domain = $2 AND state = 'ready'
-      AND NOT (SELECT needed FROM full_claim)
+      AND NOT (SELECT needed FROM full_claim) AND wl_budget_open(fleet, domain)
     ORDER BY domain, created_at, id
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
@@ -79,22 +125,27 @@ SELECT NULL, NULL, false, true FROM full_claim WHERE needed;
 -- Each way of picking is its own CTE, switched on or off by a parameter test alone, so
 -- that even a generic (cached) plan walks the right index: the primary key for a named
 -- claim, the ready indexes in queue order for pull-next, the lease index for reclaims.
+-- Nothing is claimed anew in a scope whose budget is spent (stale reclaims included). A
+-- lapsed unit whose next attempt would pass its allowance is parked instead (waiting,
+-- its attempt superseded, the ledger's question opened), and the claim goes on to the
+-- next claimable unit. A named claim of one parks it and claims nothing.
 WITH held AS (
     SELECT id FROM work_units
     WHERE claimed_by = $1 AND state IN ('claimed', 'in_progress')
 ), named AS (
     SELECT id, state, claimed_by FROM work_units
     WHERE id = $4
-      AND (state = 'ready' OR (state IN ('claimed', 'in_progress') AND lease_expires_at < now()))
-      AND NOT EXISTS (SELECT 1 FROM held)
+      AND (state = 'ready' OR (state IN ('claimed', 'in_progress') AND lease_expires_at < now()
+                               AND failed_attempts + 1 < attempts_allowed))
+      AND NOT EXISTS (SELECT 1 FROM held) AND wl_budget_open(fleet, domain)
     FOR NO KEY UPDATE SKIP LOCKED
 ), lapsed AS (
     SELECT id, state, claimed_by FROM work_units
     -- A lease is set exactly while claimed or in_progress (unit_lease_iff_leased): naming
     -- those states here would let a plan walk one_live_claim_per_agent instead.
     WHERE $4::uuid IS NULL AND lease_expires_at < now()
-      AND ($2::text IS NULL OR domain = $2)
-      AND NOT EXISTS (SELECT 1 FROM held)
+      AND ($2::text IS NULL OR domain = $2) AND failed_attempts + 1 < attempts_allowed
+      AND NOT EXISTS (SELECT 1 FROM held) AND wl_budget_open(fleet, domain)
     ORDER BY lease_expires_at
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
@@ -102,6 +153,7 @@ WITH held AS (
     SELECT id, state, claimed_by FROM work_units
     WHERE $4::uuid IS NULL AND $2::text IS NULL AND state = 'ready'
       AND NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM lapsed)
+      AND wl_budget_open(fleet, domain)
     ORDER BY created_at, id
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
@@ -109,9 +161,50 @@ WITH held AS (
     SELECT id, state, claimed_by FROM work_units
     WHERE $4::uuid IS NULL AND $2::text IS NOT NULL AND domain = $2 AND state = 'ready'
       AND NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM lapsed)
+      AND wl_budget_open(fleet, domain)
     ORDER BY domain, created_at, id
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
+), park_named AS (
+    SELECT id, state, claimed_by FROM work_units
+    WHERE id = $4 AND lease_expires_at < now() AND failed_attempts + 1 >= attempts_allowed
+      AND NOT EXISTS (SELECT 1 FROM held)
+    FOR NO KEY UPDATE SKIP LOCKED
+), park_lapsed AS (
+    SELECT id, state, claimed_by FROM work_units
+    WHERE $4::uuid IS NULL AND lease_expires_at < now()
+      AND ($2::text IS NULL OR domain = $2) AND failed_attempts + 1 >= attempts_allowed
+      AND NOT EXISTS (SELECT 1 FROM held)
+    ORDER BY lease_expires_at
+    LIMIT 16
+    FOR NO KEY UPDATE SKIP LOCKED
+), parked AS (
+    UPDATE work_units AS u
+    SET state = 'waiting', claimed_by = NULL, lease_expires_at = NULL,
+        failed_attempts = u.failed_attempts + 1
+    FROM (SELECT * FROM park_named UNION ALL SELECT * FROM park_lapsed) AS p
+    WHERE u.id = p.id
+    RETURNING u.id, p.state AS from_state, p.claimed_by AS previous_agent
+), parked_attempt AS (
+    UPDATE work_unit_attempts AS a
+    SET outcome = 'superseded', ended_at = now()
+    FROM parked AS p
+    WHERE a.unit_id = p.id AND a.outcome IS NULL
+    RETURNING a.id, a.unit_id
+), parked_question AS (
+    INSERT INTO blocking_questions (unit_id, attempt_id, question, asked_by)
+    SELECT p.unit_id, p.id,
+           wl_attempt_limit_question(p.unit_id, p.id, 'superseded', 'its lease lapsed'),
+           'work-ledger'
+    FROM parked_attempt AS p
+    RETURNING id, unit_id, attempt_id
+), parked_event AS (
+    INSERT INTO work_unit_events (unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail)
+    SELECT p.id, q.attempt_id, 'stale_reclaimed', p.from_state, 'waiting', $1,
+           jsonb_build_object('previous_agent', p.previous_agent,
+                              'superseded_attempt_id', q.attempt_id,
+                              'attempt_limit_reached', true, 'question_id', q.id)
+    FROM parked AS p JOIN parked_question AS q ON q.unit_id = p.id
 ), picked AS (
     SELECT * FROM named
     UNION ALL SELECT * FROM lapsed
@@ -120,7 +213,8 @@ WITH held AS (
 ), claimed AS (
     UPDATE work_units AS u
     SET state = 'claimed', claimed_by = $1, attempt_count = u.attempt_count + 1,
-        lease_expires_at = now() + make_interval(secs => $3), last_heartbeat_at = now()
+        lease_expires_at = now() + make_interval(secs => $3), last_heartbeat_at = now(),
+        failed_attempts = u.failed_attempts + CASE WHEN p.state = 'ready' THEN 0 ELSE 1 END
     FROM picked AS p
     -- The scalar lookup keeps even a cached generic plan on the primary key.
     WHERE u.id = (SELECT id FROM picked) AND u.id = p.id
@@ -229,7 +323,8 @@ SELECT unit, attempt FROM unit;
 -- (claimed|in_progress → ready). $1 unit, $2 target state, $3 states it may leave,
 -- $4 holder or null (privileged), $5 fenced attempt or null, $6 evidence url or null,
 -- $7 outcome that ends the attempt (null keeps it running), $8 event type, $9 detail,
--- $10 acting principal.
+-- $10 acting principal. A release that ends the unit's last allowed attempt parks it in
+-- waiting with the ledger's question; the event says so (to_state waiting).
 WITH live AS (
     SELECT u.id AS unit_id, u.state AS from_state, a.id AS attempt_id
     FROM work_units AS u
@@ -240,7 +335,12 @@ WITH live AS (
     FOR NO KEY UPDATE OF u, a
 ), unit AS (
     UPDATE work_units AS u
-    SET state = $2::work_state,
+    -- A release that ends the last allowed attempt parks the unit instead (0011).
+    SET state = CASE WHEN $2::work_state = 'ready' AND $7::attempt_outcome IN ('failed', 'abandoned')
+                          AND u.failed_attempts + 1 >= u.attempts_allowed
+                     THEN 'waiting' ELSE $2::work_state END,
+        failed_attempts = u.failed_attempts
+            + CASE WHEN $7::attempt_outcome IN ('failed', 'abandoned') THEN 1 ELSE 0 END,
         claimed_by = CASE WHEN $2::work_state IN ('ready', 'verified') THEN NULL ELSE u.claimed_by END,
         -- Starting is a sign of life: the lease restarts at the length last granted.
         lease_expires_at = CASE
@@ -262,12 +362,21 @@ WITH live AS (
     FROM unit
     WHERE a.id = unit.attempt_id AND $7::attempt_outcome IS NOT NULL
     RETURNING a AS attempt
+), question AS (
+    INSERT INTO blocking_questions (unit_id, attempt_id, question, asked_by)
+    SELECT unit_id, attempt_id,
+           wl_attempt_limit_question(unit_id, attempt_id, $7, $9::jsonb ->> 'reason'),
+           'work-ledger'
+    FROM unit WHERE (unit).state = 'waiting'
+    RETURNING id
 ), event AS (
     INSERT INTO work_unit_events
         (unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail)
-    SELECT unit_id, attempt_id, $8, from_state, $2, $10,
-           $9::jsonb || jsonb_strip_nulls(jsonb_build_object('outcome', $7::attempt_outcome,
-                                                             'evidence_url', $6::text))
+    SELECT unit_id, attempt_id, $8, from_state, (unit).state, $10,
+           $9::jsonb || jsonb_strip_nulls(jsonb_build_object(
+               'outcome', $7::attempt_outcome, 'evidence_url', $6::text,
+               'attempt_limit_reached', CASE WHEN (unit).state = 'waiting' THEN true END,
+               'question_id', (SELECT id FROM question)))
     FROM unit
 )
 SELECT unit.unit, coalesce((SELECT attempt FROM attempt), a) AS attempt
@@ -374,15 +483,22 @@ WITH open_question AS (
 SELECT unit.unit, q.question FROM unit, question AS q;
 
 -- name: record_cost
--- $1 attempt, $2 cents (> 0), $3 the attempt's agent or null (privileged), $4 acting
--- principal. The unit row is
--- locked first, as every other write does, so cost never deadlocks with a claim.
+-- $1 attempt, $2 cents (>= 0), $3 the attempt's agent or null (privileged), $4 acting
+-- principal, $5 model or null, $6-$9 input, output, cache read and cache write tokens (each
+-- null when not sent), $10 estimated. The record is kept (cost_records); the attempt's and
+-- the unit's cost grow by its cents. The unit row is locked first, as every other write
+-- does, so cost never deadlocks with a claim.
 WITH target AS (
     SELECT a.unit_id, a.agent_id
     FROM work_unit_attempts AS a
     JOIN work_units AS u ON u.id = a.unit_id
     WHERE a.id = $1 AND ($3::text IS NULL OR a.agent_id = $3)
     FOR NO KEY UPDATE OF u
+), record AS (
+    INSERT INTO cost_records (attempt_id, unit_id, cost_cents, model, input_tokens, output_tokens,
+                              cache_read_tokens, cache_write_tokens, estimated, recorded_by)
+    SELECT $1, unit_id, $2, $5, $6, $7, $8, $9, $10, $4 FROM target
+    RETURNING id
 ), attempt AS (
     UPDATE work_unit_attempts AS a
     SET cost_cents = a.cost_cents + $2
@@ -393,13 +509,20 @@ WITH target AS (
     UPDATE work_units AS u
     SET cost_cents = u.cost_cents + $2
     FROM target AS t
-    WHERE u.id = t.unit_id
+    WHERE u.id = t.unit_id AND $2::bigint > 0
     RETURNING u AS unit
 ), event AS (
-    INSERT INTO work_unit_events (unit_id, attempt_id, event_type, agent_id, cost_delta_cents)
-    SELECT unit_id, $1, 'cost_recorded', $4, $2 FROM target
+    INSERT INTO work_unit_events (unit_id, attempt_id, event_type, agent_id, cost_delta_cents, detail)
+    SELECT unit_id, $1, 'cost_recorded', $4, $2,
+           jsonb_strip_nulls(jsonb_build_object(
+               'model', $5::text, 'input_tokens', $6::bigint, 'output_tokens', $7::bigint,
+               'cache_read_tokens', $8::bigint, 'cache_write_tokens', $9::bigint,
+               'estimated', CASE WHEN $10::boolean THEN true END,
+               'cost_record_id', (SELECT id FROM record)))
+    FROM target
 )
-SELECT unit.unit, attempt.attempt FROM unit, attempt;
+SELECT coalesce((SELECT unit FROM unit), u) AS unit, attempt.attempt
+FROM attempt, target AS t JOIN work_units AS u ON u.id = t.unit_id;
 
 -- name: dispose_unit
 -- Close a unit for good. $1 unit, $2 disposition, $3 states it may leave with it,
@@ -419,6 +542,8 @@ WITH target AS (
     UPDATE work_units AS u
     SET state = CASE WHEN $2::work_disposition = 'MIGRATED' THEN 'done' ELSE 'abandoned' END::work_state,
         disposition = $2::work_disposition, disposed_at = now(), claimed_by = NULL, lease_expires_at = NULL,
+        failed_attempts = u.failed_attempts + CASE WHEN t.attempt_id IS NOT NULL AND t.outcome IS NULL
+                                                        AND t.from_state <> 'blocked' THEN 1 ELSE 0 END,
         evidence_urls = CASE WHEN $6::text IS NULL THEN u.evidence_urls
                              ELSE array_append(u.evidence_urls, $6) END
     FROM target AS t
