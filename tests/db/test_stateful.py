@@ -53,6 +53,10 @@ from work_ledger.service.ledger import Ledger
 
 T = TypeVar("T")
 OPERATOR = Actor("operator", privileged=True)
+MAX_ATTEMPTS = 100  # DESIGN §12's highest; above STEPS below, so never reached
+STEPS = 80
+
+
 AGENTS = ["agent-0", "agent-1", "agent-2", "agent-3"]
 EVIDENCE = "https://ci.example/run/1"
 MAY_LEAVE = {
@@ -187,7 +191,12 @@ class LedgerMachine(RuleBasedStateMachine):
         refs = [f"u-{self.registered + i:02d}" for i in range(count)]
         self.registered += count
         result = self.run(
-            self.ledger.register([NewUnit(r, "fleet-a", "orders") for r in refs], OPERATOR)
+            self.ledger.register(
+                # The model has no attempt limit (tests/db/test_attempt_limit.py covers it):
+                # the highest limit is more than a run's steps can spend.
+                [NewUnit(r, "fleet-a", "orders", max_attempts=MAX_ATTEMPTS) for r in refs],
+                OPERATOR,
+            )
         )
         assert [(r.external_ref, r.created) for r in result] == [(r, True) for r in refs]
         rows = self.run(
@@ -531,7 +540,7 @@ async def test_ledger_agrees_with_its_model_under_random_operations(
         machine,
         settings=settings(
             max_examples=20,
-            stateful_step_count=80,
+            stateful_step_count=STEPS,
             deadline=None,
             database=None,
             suppress_health_check=[HealthCheck.too_slow],
