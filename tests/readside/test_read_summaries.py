@@ -108,6 +108,7 @@ async def test_a_drifted_tally_is_reported_by_audit_and_repaired_by_rebuild(
 ) -> None:
     """Break a tally with raw SQL: audit names it; the rebuild makes it exact again."""
     await _install_full_scans(raw)
+    assert await raw.fetchval("SELECT wl_fold_read_summaries()") > 0
     await raw.execute(
         "UPDATE wl_unit_tallies SET units = units + 1 WHERE (domain, state) = ('billing', 'ready')"
     )
@@ -147,12 +148,40 @@ async def test_summaries_stay_exact_under_concurrent_writers(
     await _install_full_scans(raw)
     units = [NewUnit(f"c{i}", "fleet-a", "hot") for i in range(400)]
     await ledger.register(units, OPERATOR)
-    await asyncio.gather(*(_life(ledger, f"agent-{n}", 40) for n in range(8)))
+    agents = asyncio.gather(*(_life(ledger, f"agent-{n}", 40) for n in range(8)))
+    folds = 0
+    while not agents.done():
+        # A fold beside the writers, as `serve` runs it: every read stays exact.
+        folds += await raw.fetchval("SELECT wl_fold_read_summaries()") > 0
+        await _assert_exact(raw)
+        await asyncio.sleep(0.05)
+    await agents
+    assert folds > 0
     await _assert_exact(raw)
     depth = await raw.fetchrow("SELECT * FROM v_queue_depth WHERE domain = 'hot'")
     assert depth is not None
     assert depth["units"] == 400
     assert depth["done"] > 0
+
+
+async def test_views_are_exact_before_and_after_each_fold(
+    seeded: Ledger, raw: asyncpg.Connection
+) -> None:
+    """Folded tallies plus the change rows not yet folded say what the tables say: with
+    nothing folded, after a fold, after more writes on top of a fold, and after folding
+    those; and the fold empties the change rows it counted."""
+    await _install_full_scans(raw)
+    await _assert_exact(raw)
+    assert await raw.fetchval("SELECT wl_fold_read_summaries()") > 0
+    assert await raw.fetchval("SELECT count(*) FROM wl_unit_changes") == 0
+    await _assert_exact(raw)
+    await seeded.register([NewUnit("f1", "fleet-a", "billing")], OPERATOR)
+    await _life(seeded, "folder-agent", 3)
+    await raw.execute("UPDATE work_units SET evidence_urls = '{}' WHERE external_ref = 'b1'")
+    assert await raw.fetchval("SELECT count(*) FROM wl_unit_changes") > 0
+    await _assert_exact(raw)
+    await raw.fetchval("SELECT wl_fold_read_summaries()")
+    await _assert_exact(raw)
 
 
 async def test_a_fresh_registration_is_counted_in_its_statement(

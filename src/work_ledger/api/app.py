@@ -41,6 +41,7 @@ from work_ledger.readside.pool import read_pool
 from work_ledger.runtime import open_ledger
 from work_ledger.service.idempotency import IdempotencyStore
 from work_ledger.service.keyed import KeyedWrites
+from work_ledger.service.ledger import Ledger
 from work_ledger.service.tokens import (
     OPERATOR_TOKEN_FILE,
     Role,
@@ -50,6 +51,9 @@ from work_ledger.service.tokens import (
 )
 
 EXPIRE_EVERY_SECONDS = 600.0
+# How often serve folds the read summaries' change rows (migration 0017): the views are
+# exact either way; this bounds how many unfolded rows each read adds up.
+FOLD_EVERY_SECONDS = 1.0
 
 
 def is_loopback(host: str) -> bool:
@@ -92,6 +96,13 @@ async def _expire_idempotency(store: IdempotencyStore) -> None:
         await asyncio.sleep(EXPIRE_EVERY_SECONDS)
 
 
+async def _fold_read_summaries(ledger: Ledger) -> None:
+    while True:
+        await asyncio.sleep(FOLD_EVERY_SECONDS)
+        with contextlib.suppress(Exception):
+            await ledger.store.fetchrow("fold_read_summaries")
+
+
 def create_app(
     settings: Settings,
     *,
@@ -124,6 +135,7 @@ def create_app(
             await notifier.start()
             idempotency = IdempotencyStore(ledger.store)
             expiry = asyncio.create_task(_expire_idempotency(idempotency))
+            folding = asyncio.create_task(_fold_read_summaries(ledger))
             app.state.ledger, app.state.tokens, app.state.read_pool = ledger, tokens, reads
             app.state.notifier, app.state.idempotency = notifier, idempotency
             app.state.writes = KeyedWrites(ledger, refusal_outcome)
@@ -138,9 +150,10 @@ def create_app(
                     gc.freeze()
                     yield
             finally:
-                expiry.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await expiry
+                for task in (expiry, folding):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
                 await notifier.stop()
 
     app = FastAPI(

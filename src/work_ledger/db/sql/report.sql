@@ -41,12 +41,17 @@ WHERE scope <> 'unit' AND ($1::text IS NULL OR (scope = 'domain' AND domain = $1
 ORDER BY scope = 'total', domain;
 
 -- name: read_costliest_units
--- $1 domain or null, $2 how many: the units that cost the most.
+-- $1 domain or null, $2 how many: the units that cost the most (a unit that cost nothing is
+-- not among them). Picked from v_unit_ranks, whose index gives them in order (migration
+-- 0017), then read from v_cost_per_unit by id: no sort of every unit.
 SELECT domain, unit_id, external_ref, state, disposition, attempts, cost_cents
 FROM v_cost_per_unit
-WHERE scope = 'unit' AND ($1::text IS NULL OR domain = $1)
-ORDER BY cost_cents DESC, external_ref
-LIMIT $2;
+WHERE scope = 'unit'
+  AND unit_id = ANY (ARRAY(SELECT r.unit_id FROM v_unit_ranks AS r
+                           WHERE r.cost_cents > 0 AND ($1::text IS NULL OR r.domain = $1)
+                           ORDER BY r.cost_cents DESC, r.external_ref
+                           LIMIT $2))
+ORDER BY cost_cents DESC, external_ref;
 
 -- name: read_rework_rates
 -- $1 domain or null: the rework rate per domain and in total.
@@ -58,16 +63,15 @@ ORDER BY scope = 'total', domain;
 
 -- name: read_reworked_units
 -- $1 domain or null, $2 how many: the units that took the most attempts. Picked from
--- v_cost_per_unit (a unit's own columns), then looked up in v_rework by id: an array
--- computed first (ARRAY(...)), so the lookup is an index scan of those units alone.
+-- v_unit_ranks in its index's order (migration 0017), then looked up in v_rework by id: an
+-- array computed first (ARRAY(...)), so the lookup is an index scan of those units alone.
 SELECT domain, unit_id, external_ref, state, disposition, attempts, superseded_attempts,
        released_attempts
 FROM v_rework
 WHERE scope = 'unit'
-  AND unit_id = ANY (ARRAY(SELECT c.unit_id FROM v_cost_per_unit AS c
-                           WHERE c.scope = 'unit' AND c.attempts > 1
-                             AND ($1::text IS NULL OR c.domain = $1)
-                           ORDER BY c.attempts DESC, c.external_ref
+  AND unit_id = ANY (ARRAY(SELECT r.unit_id FROM v_unit_ranks AS r
+                           WHERE r.attempts > 1 AND ($1::text IS NULL OR r.domain = $1)
+                           ORDER BY r.attempts DESC, r.external_ref
                            LIMIT $2))
 ORDER BY attempts DESC, external_ref;
 
@@ -158,6 +162,11 @@ SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
                    'fleet', b.fleet, 'domain', coalesce(b.domain, '(all)'), 'cap', b.cap_cents,
                    'spent', b.spent_cents, 'remaining', b.remaining_cents)), '[]')
         FROM v_budget AS b) AS budgets;
+
+-- name: fold_read_summaries
+-- The change rows written since the last fold, folded into the read summaries (migration
+-- 0017); 0 when another fold holds the lock. `serve` runs it every FOLD_EVERY_SECONDS.
+SELECT wl_fold_read_summaries() AS folded;
 
 -- name: read_grant_reader
 -- $1 role name, $2 SCRAM-SHA-256 password verifier: the views the role may now read.
