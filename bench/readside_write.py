@@ -51,7 +51,7 @@ VARIANTS = {
 }
 TRIGGERS = ("read_summaries_on_insert", "read_summaries_on_update")
 FOLD_SECONDS = 1.0
-FOLD_EVERY_LIVES = 150
+FOLD_EVERY_LIVES = 200  # 1,000 change rows: serve's FOLD_MIN_ROWS
 CHUNK = 10
 # One link per unit, as a real fleet records them (a link shared by every unit would make
 # its row in wl_disposed_links a hot row: each disposal carrying it counts it there).
@@ -108,7 +108,7 @@ async def _concurrent(
         assert folder is not None
         while time.perf_counter() < stop:
             await asyncio.sleep(FOLD_SECONDS)
-            await folder.execute("SELECT wl_fold_read_summaries()")
+            await folder.execute("SELECT wl_fold_read_summaries(1000)")
 
     async def worker(i: int, conn: asyncpg.Connection) -> None:
         nonlocal done

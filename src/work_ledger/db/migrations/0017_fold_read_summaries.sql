@@ -3,7 +3,7 @@
 -- unit's life, a fifth fewer lives per second at 64 agents). Now the trigger appends one
 -- row per changed unit to wl_unit_changes (an insert, no index, no hot row), and
 -- wl_fold_read_summaries() folds those rows into the tallies, set-based, on a schedule
--- (`serve` every WL_FOLD_SECONDS; the audit and the report fold first when they may write).
+-- (`serve` once a second when 1,000 change rows wait, and at least every 10 seconds).
 --
 -- Exactness: the views read the folded tallies plus the rows not yet folded (the wl_pending_*
 -- views below: a few thousand rows at most between two folds), so every read is what the
@@ -88,7 +88,15 @@ CREATE TRIGGER read_summaries_on_update
 CREATE VIEW wl_pending_sides AS
 SELECT c.unit_id, s.sign, s.domain, s.state, s.disposition, s.attempts, s.cost_cents,
        s.no_evidence, s.links, s.disposed_at,
-       coalesce(e.superseded, 0) AS superseded, coalesce(e.released, 0) AS released
+       -- Only a side past its first attempt has earlier ones: no lookup for the others.
+       CASE WHEN s.attempts > 1 THEN
+           (SELECT count(*) FROM work_unit_attempts AS a
+            WHERE a.unit_id = c.unit_id AND a.attempt_no < s.attempts
+              AND a.outcome = 'superseded') ELSE 0 END AS superseded,
+       CASE WHEN s.attempts > 1 THEN
+           (SELECT count(*) FROM work_unit_attempts AS a
+            WHERE a.unit_id = c.unit_id AND a.attempt_no < s.attempts
+              AND a.outcome IN ('failed', 'abandoned')) ELSE 0 END AS released
 FROM wl_unit_changes AS c
 CROSS JOIN LATERAL (
     VALUES (-1, c.old_domain, c.old_state, c.old_disposition, c.old_attempts, c.old_cost_cents,
@@ -96,12 +104,6 @@ CROSS JOIN LATERAL (
            (1, c.new_domain, c.new_state, c.new_disposition, c.new_attempts, c.new_cost_cents,
             c.new_no_evidence, c.new_links, c.new_disposed_at)
 ) AS s (sign, domain, state, disposition, attempts, cost_cents, no_evidence, links, disposed_at)
-LEFT JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE a.outcome = 'superseded') AS superseded,
-           count(*) FILTER (WHERE a.outcome IN ('failed', 'abandoned')) AS released
-    FROM work_unit_attempts AS a
-    WHERE s.attempts > 1 AND a.unit_id = c.unit_id AND a.attempt_no < s.attempts
-) AS e ON true
 WHERE s.domain IS NOT NULL;
 
 -- What the change rows not yet folded add to each tally, in the tallies' own columns.
@@ -192,9 +194,18 @@ DECLARE
 BEGIN
     WITH gone AS (
         DELETE FROM wl_unit_changes RETURNING 1
+    ), sides AS MATERIALIZED (
+        -- Read once: the aggregates below are those of the wl_pending_* views, over it.
+        SELECT * FROM wl_pending_sides
     ), units AS (
         INSERT INTO wl_unit_tallies AS t
-        SELECT * FROM wl_pending_unit_tallies ORDER BY domain, state, disposition
+        SELECT domain, state, disposition, 0, sum(sign), sum(sign * (attempts > 0)::integer),
+               sum(sign * (attempts > 1)::integer), sum(sign * attempts),
+               sum(sign * cost_cents), sum(sign * no_evidence::integer),
+               min(disposed_at) FILTER (WHERE sign = 1), max(disposed_at) FILTER (WHERE sign = 1)
+        FROM sides
+        GROUP BY domain, state, disposition
+        ORDER BY domain, state, disposition
         ON CONFLICT ON CONSTRAINT unit_tallies_key DO UPDATE
         SET units = t.units + excluded.units,
             attempted_units = t.attempted_units + excluded.attempted_units,
@@ -206,14 +217,22 @@ BEGIN
             last_disposed_at = greatest(t.last_disposed_at, excluded.last_disposed_at)
     ), rework AS (
         INSERT INTO wl_rework_tallies AS t
-        SELECT * FROM wl_pending_rework_tallies
-        WHERE superseded_attempts <> 0 OR released_attempts <> 0 ORDER BY domain
+        SELECT domain, 0, sum(sign * superseded), sum(sign * released)
+        FROM sides WHERE attempts > 1
+        GROUP BY domain
+        HAVING sum(sign * superseded) <> 0 OR sum(sign * released) <> 0
+        ORDER BY domain
         ON CONFLICT ON CONSTRAINT rework_tallies_key DO UPDATE
         SET superseded_attempts = t.superseded_attempts + excluded.superseded_attempts,
             released_attempts = t.released_attempts + excluded.released_attempts
     ), days AS (
         INSERT INTO wl_rework_days AS t
-        SELECT * FROM wl_pending_rework_days ORDER BY domain, day
+        SELECT domain, date_trunc('day', disposed_at, 'UTC') AS day, 0, sum(sign),
+               sum(sign * (attempts > 1)::integer), sum(sign * attempts),
+               sum(sign * superseded), sum(sign * released)
+        FROM sides WHERE disposed_at IS NOT NULL AND attempts > 0
+        GROUP BY domain, day
+        ORDER BY domain, day
         ON CONFLICT ON CONSTRAINT rework_days_key DO UPDATE
         SET attempted_units = t.attempted_units + excluded.attempted_units,
             reworked_units = t.reworked_units + excluded.reworked_units,
@@ -221,7 +240,13 @@ BEGIN
             superseded_attempts = t.superseded_attempts + excluded.superseded_attempts,
             released_attempts = t.released_attempts + excluded.released_attempts
     ), pending_links AS MATERIALIZED (
-        SELECT * FROM wl_pending_links
+        SELECT s.disposition, scope.domain, link, sum(s.sign) AS delta
+        FROM sides AS s
+        CROSS JOIN LATERAL unnest(s.links) AS link
+        CROSS JOIN LATERAL (VALUES (s.domain), ('(all)')) AS scope (domain)
+        WHERE s.disposition IS NOT NULL
+        GROUP BY s.disposition, scope.domain, link
+        HAVING sum(s.sign) <> 0
     ), links AS (
         INSERT INTO wl_disposed_links AS l
         SELECT disposition, domain, link, delta FROM pending_links
@@ -282,14 +307,21 @@ BEGIN
 END $$;
 REVOKE EXECUTE ON FUNCTION wl_fold_read_summaries_locked() FROM PUBLIC;
 
-CREATE FUNCTION wl_fold_read_summaries() RETURNS bigint LANGUAGE plpgsql AS $$
+-- min_rows: fold only when at least that many change rows wait (what each fold costs per
+-- key it touches is then spread over that many changes); 0: whatever waits.
+CREATE FUNCTION wl_fold_read_summaries(min_rows integer DEFAULT 0) RETURNS bigint
+    LANGUAGE plpgsql AS $$
 BEGIN
+    IF min_rows > 0
+       AND (SELECT count(*) FROM (SELECT FROM wl_unit_changes LIMIT min_rows) AS w) < min_rows THEN
+        RETURN 0;
+    END IF;
     IF NOT pg_try_advisory_xact_lock(hashtext('wl_fold_read_summaries')) THEN
         RETURN 0;
     END IF;
     RETURN wl_fold_read_summaries_locked();
 END $$;
-REVOKE EXECUTE ON FUNCTION wl_fold_read_summaries() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION wl_fold_read_summaries(integer) FROM PUBLIC;
 
 -- A disposed unit leaving its key (dispositions are final: only a raw edit moves its
 -- domain) narrows that key's first and last disposal, which pending rows cannot say (they

@@ -164,9 +164,10 @@ SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
         FROM v_budget AS b) AS budgets;
 
 -- name: fold_read_summaries
--- The change rows written since the last fold, folded into the read summaries (migration
--- 0017); 0 when another fold holds the lock. `serve` runs it every FOLD_EVERY_SECONDS.
-SELECT wl_fold_read_summaries() AS folded;
+-- $1 the fewest change rows worth a fold (0: any). The change rows written since the last
+-- fold, folded into the read summaries (migration 0017); 0 when fewer wait or another fold
+-- holds the lock. `serve` runs it every FOLD_EVERY_SECONDS.
+SELECT wl_fold_read_summaries($1) AS folded;
 
 -- name: read_grant_reader
 -- $1 role name, $2 SCRAM-SHA-256 password verifier: the views the role may now read.
