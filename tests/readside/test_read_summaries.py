@@ -12,6 +12,7 @@ from importlib import resources
 import asyncpg
 import pytest
 
+from work_ledger.db.queries import QUERIES
 from work_ledger.domain.model import Actor, Disposition, NewUnit
 from work_ledger.service.ledger import Ledger
 
@@ -217,3 +218,48 @@ async def test_cost_by_model_follows_records_and_moved_units(
     )
     assert row is not None
     assert (row["cost_cents"], row["estimated_cents"], row["units"]) == (100, 60, 1)
+
+
+async def test_the_top_lists_read_ranks_and_equal_a_full_sort(
+    seeded: Ledger, raw: asyncpg.Connection
+) -> None:
+    """The report's costliest and most-attempted units (v_unit_ranks: folded ranks plus the
+    units changed since) are those a sort of every unit gives, before and after a fold and
+    after a raw edit that moves a folded unit to another domain."""
+    costliest = QUERIES["read_costliest_units"]
+    reworked = QUERIES["read_reworked_units"]
+    by_cost = (
+        "SELECT unit_id FROM v_cost_per_unit WHERE scope = 'unit' AND cost_cents > 0"
+        " AND ($1::text IS NULL OR domain = $1) ORDER BY cost_cents DESC, external_ref LIMIT $2"
+    )
+    by_attempts = (
+        "SELECT unit_id FROM v_cost_per_unit WHERE scope = 'unit' AND attempts > 1"
+        " AND ($1::text IS NULL OR domain = $1) ORDER BY attempts DESC, external_ref LIMIT $2"
+    )
+
+    async def check() -> None:
+        domains = [r[0] for r in await raw.fetch("SELECT DISTINCT domain FROM work_units")]
+        for domain in (None, *domains):
+            for limit in (1, 3, 20):
+                got = [r["unit_id"] for r in await raw.fetch(costliest, domain, limit)]
+                assert got == [r["unit_id"] for r in await raw.fetch(by_cost, domain, limit)]
+                got = [r["unit_id"] for r in await raw.fetch(reworked, domain, limit)]
+                assert got == [r["unit_id"] for r in await raw.fetch(by_attempts, domain, limit)]
+
+    assert await raw.fetchval("SELECT count(*) FROM wl_unit_changes") > 0
+    await check()
+    await raw.fetchval("SELECT wl_fold_read_summaries()")
+    await check()
+    # A unit not yet disposed (moving a disposed one folds at once), among those with cost.
+    top = await raw.fetchrow(
+        "SELECT id, domain FROM work_units WHERE disposition IS NULL AND cost_cents > 0"
+        " ORDER BY cost_cents DESC LIMIT 1"
+    )
+    assert top is not None
+    moved_to = "orders" if top["domain"] != "orders" else "billing"
+    await raw.execute("UPDATE work_units SET domain = $2 WHERE id = $1", top["id"], moved_to)
+    assert await raw.fetchval("SELECT count(*) FROM wl_unit_changes") == 1
+    await check()
+    await raw.fetchval("SELECT wl_fold_read_summaries()")
+    await check()
+    assert await _drift(raw) == []
