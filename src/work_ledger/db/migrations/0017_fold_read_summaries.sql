@@ -644,14 +644,45 @@ COMMENT ON VIEW v_unit_ranks IS
     'external_ref (WHERE attempts > 1) with a LIMIT reads that many index entries. Folded '
     'by wl_fold_read_summaries(); units changed since are read from work_units.';
 
--- The reader role reads v_unit_ranks too: grant-reader from now on, and every role already
+-- What /metrics reads of the questions: per assignee group (every group that has had a
+-- question, none open included), the open questions and the oldest one's age, as
+-- v_question_wait's group rows say, from an index: the groups by a skip over it (one probe
+-- per group), then each group's open range. v_question_wait's group rows aggregate every
+-- question (percentiles of the answered ones included) on each read.
+CREATE INDEX blocking_questions_group_idx
+    ON blocking_questions (assignee_group_slug, status, created_at);
+CREATE VIEW v_open_questions WITH (security_barrier) AS
+WITH RECURSIVE groups (slug) AS (
+    (SELECT q.assignee_group_slug FROM blocking_questions AS q
+     ORDER BY q.assignee_group_slug LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.assignee_group_slug FROM blocking_questions AS q
+            WHERE q.assignee_group_slug > g.slug ORDER BY q.assignee_group_slug LIMIT 1)
+    FROM groups AS g WHERE g.slug IS NOT NULL
+)
+SELECT g.slug AS assignee_group_slug, o.open_questions,
+       coalesce(floor(extract(epoch FROM now() - o.oldest)::float8), 0)::bigint
+           AS oldest_open_seconds
+FROM groups AS g
+CROSS JOIN LATERAL (
+    SELECT count(*) AS open_questions, min(q.created_at) AS oldest
+    FROM blocking_questions AS q
+    WHERE q.assignee_group_slug = g.slug AND q.status = 'open'
+) AS o
+WHERE g.slug IS NOT NULL;
+COMMENT ON VIEW v_open_questions IS
+    'Per assignee group (every group that has had a question): the open blocking questions '
+    'and the age in seconds of the oldest (0 when none is open), as v_question_wait''s group '
+    'rows say, read from an index. What /metrics reads.';
+
+-- The reader role reads v_unit_ranks and v_open_questions too: grant-reader from now on, and every role already
 -- made by it, now (as 0013 did for v_stall_counts).
 ALTER FUNCTION wl_grant_reader(text, text) RENAME TO wl_grant_reader_0013;
 CREATE FUNCTION wl_grant_reader(role_name text, password_verifier text) RETURNS text[]
     LANGUAGE plpgsql AS $$
 BEGIN
     RETURN wl_grant_reader_0013(role_name, password_verifier)
-           || wl_grant_views(role_name, ARRAY['v_unit_ranks']);
+           || wl_grant_views(role_name, ARRAY['v_unit_ranks', 'v_open_questions']);
 END $$;
 REVOKE EXECUTE ON FUNCTION wl_grant_reader(text, text) FROM PUBLIC;
 
@@ -667,7 +698,7 @@ BEGIN
         WHERE c.oid = 'v_queue_depth'::regclass AND acl.privilege_type = 'SELECT'
           AND acl.grantee <> c.relowner
     LOOP
-        PERFORM wl_grant_views(reader, ARRAY['v_unit_ranks']);
+        PERFORM wl_grant_views(reader, ARRAY['v_unit_ranks', 'v_open_questions']);
     END LOOP;
 END $$;
 

@@ -132,7 +132,8 @@ ORDER BY sum(cost_cents) DESC, model NULLS LAST;
 -- name: read_metrics_snapshot
 -- Everything /metrics reads from the views, in one round trip: queue depth by domain and
 -- state, stalled units by domain, attempts (one per claim) and stale reclaims by domain,
--- open questions and the oldest one's age by assignee group, waiting units by domain and
+-- open questions and the oldest one's age by assignee group (v_open_questions: an index,
+-- not v_question_wait's aggregate of every question), waiting units by domain and
 -- reason (a DEAD or DEFERRED prerequisite, an unfinished one, the attempt limit) with the
 -- oldest one's wait, and each budget's cap, spend and what remains.
 SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
@@ -146,7 +147,7 @@ SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'group', w.assignee_group_slug, 'open', w.open_questions,
                    'oldest', w.oldest_open_seconds)), '[]')
-        FROM v_question_wait AS w WHERE w.scope = 'group') AS question_wait,
+        FROM v_open_questions AS w) AS question_wait,
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'domain', w.domain, 'reason', w.reason, 'units', w.units,
                    'oldest', w.oldest)), '[]')
