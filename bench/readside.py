@@ -88,14 +88,14 @@ LATER_VIEWS = {
     "v_budget": "SELECT * FROM v_budget",
     "v_cost_by_model": "SELECT * FROM v_cost_by_model",
 }
-# The report's own queries from migration 0017 on (v_unit_ranks), with their arguments.
+# The report's own queries from migration 0017 on (v_costliest_units, v_most_attempted_units).
 RANKED = {
-    "costliest 20 units (report: v_unit_ranks, then v_cost_per_unit by id)": (
+    "costliest 20 units (report: v_costliest_units, then v_cost_per_unit by id)": (
         "read_costliest_units",
         (None, 20),
     ),
     "costliest 20 units of one domain (report)": ("read_costliest_units", ("estate/search-1", 20)),
-    "most attempts, 20 units (report: v_unit_ranks, then v_rework by id)": (
+    "most attempts, 20 units (report: v_most_attempted_units, then v_rework by id)": (
         "read_reworked_units",
         (None, 20),
     ),
@@ -208,7 +208,7 @@ async def time_reads(admin_url: str, *, label: str, reps: int) -> dict[str, Any]
         later = {k: v for k, v in LATER_VIEWS.items() if k in present}
         queries = {**QUERIES, **later}
         results = {name: await _median_ms(conn, sql, reps) for name, sql in queries.items()}
-        if "v_unit_ranks" in present:
+        if "v_costliest_units" in present:
             for name, (query, args) in RANKED.items():
                 results[name] = await _median_ms(conn, NAMED[query], reps, args)
         scrapes = []

@@ -223,9 +223,10 @@ async def test_cost_by_model_follows_records_and_moved_units(
 async def test_the_top_lists_read_ranks_and_equal_a_full_sort(
     seeded: Ledger, raw: asyncpg.Connection
 ) -> None:
-    """The report's costliest and most-attempted units (v_unit_ranks: folded ranks plus the
-    units changed since) are those a sort of every unit gives, before and after a fold and
-    after a raw edit that moves a folded unit to another domain."""
+    """The report's costliest and most-attempted units (v_costliest_units and
+    v_most_attempted_units as of the last fold, plus the units changed since) are those a
+    sort of every unit gives, before and after a fold and after a raw edit that moves a
+    folded unit to another domain."""
     costliest = QUERIES["read_costliest_units"]
     reworked = QUERIES["read_reworked_units"]
     by_cost = (

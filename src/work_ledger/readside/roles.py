@@ -28,7 +28,9 @@ READ_VIEWS = (
     "v_budget",
     "v_cost_by_model",
     "v_stall_counts",
-    "v_unit_ranks",
+    "v_costliest_units",
+    "v_most_attempted_units",
+    "v_changed_units",
     "v_open_questions",
 )
 SCRAM_ITERATIONS = 4096

@@ -627,22 +627,33 @@ SELECT s.scope, s.disposition, s.domain, s.units, s.attempts, s.cost_cents,
        s.first_disposed_at, s.last_disposed_at
 FROM (SELECT * FROM per_domain UNION ALL SELECT * FROM per_disposition) AS s;
 
--- The top-20 lists: the ranks' index gives the first units of those folded; the units
--- changed since the fold join them with what they hold now. A view, so the reader role
--- reads it like the others (granted below).
-CREATE VIEW v_unit_ranks WITH (security_barrier) AS
-SELECT r.unit_id, r.domain, r.external_ref, r.cost_cents, r.attempts
-FROM wl_unit_ranks AS r
-WHERE NOT EXISTS (SELECT 1 FROM wl_unit_changes AS c WHERE c.unit_id = r.unit_id)
-UNION ALL
-SELECT u.id, u.domain, u.external_ref, u.cost_cents, u.attempt_count
-FROM work_units AS u
-WHERE u.id = ANY (ARRAY(SELECT DISTINCT c.unit_id FROM wl_unit_changes AS c));
-COMMENT ON VIEW v_unit_ranks IS
-    'Each unit''s domain, cost and attempts, for the costliest and most-attempted lists: '
-    'ORDER BY cost_cents DESC, external_ref (WHERE cost_cents > 0) or attempts DESC, '
-    'external_ref (WHERE attempts > 1) with a LIMIT reads that many index entries. Folded '
-    'by wl_fold_read_summaries(); units changed since are read from work_units.';
+-- The top-20 lists: each unit's cost and attempts as of the last fold, in the order of
+-- their indexes (the order is the view's own, as v_stall_list's: `LIMIT n` on the view,
+-- with or without `WHERE domain = ...`, reads n index entries), and the units changed
+-- since. The first n by current values are among the first n + (changed units) of the
+-- folded ranking and the changed units: the report reads those ids, then their rows as
+-- they are now (work_ledger/db/sql/report.sql). Views, so the reader role reads them.
+CREATE VIEW v_costliest_units WITH (security_barrier) AS
+SELECT unit_id, domain, external_ref, cost_cents, attempts FROM wl_unit_ranks
+WHERE cost_cents > 0
+ORDER BY cost_cents DESC, external_ref;
+COMMENT ON VIEW v_costliest_units IS
+    'Units that cost anything, costliest first, as of the last fold of the read summaries '
+    '(wl_fold_read_summaries()): LIMIT n reads n index entries. The units in '
+    'v_changed_units may have changed since: read them as they are now.';
+CREATE VIEW v_most_attempted_units WITH (security_barrier) AS
+SELECT unit_id, domain, external_ref, cost_cents, attempts FROM wl_unit_ranks
+WHERE attempts > 1
+ORDER BY attempts DESC, external_ref;
+COMMENT ON VIEW v_most_attempted_units IS
+    'Units claimed more than once, most attempts first, as of the last fold of the read '
+    'summaries: LIMIT n reads n index entries. The units in v_changed_units may have '
+    'changed since: read them as they are now.';
+CREATE VIEW v_changed_units WITH (security_barrier) AS
+SELECT DISTINCT unit_id FROM wl_unit_changes;
+COMMENT ON VIEW v_changed_units IS
+    'The units changed since the last fold of the read summaries (a few thousand at most '
+    'while serve runs): what v_costliest_units and v_most_attempted_units may not say yet.';
 
 -- What /metrics reads of the questions: per assignee group (every group that has had a
 -- question, none open included), the open questions and the oldest one's age, as
@@ -675,14 +686,15 @@ COMMENT ON VIEW v_open_questions IS
     'and the age in seconds of the oldest (0 when none is open), as v_question_wait''s group '
     'rows say, read from an index. What /metrics reads.';
 
--- The reader role reads v_unit_ranks and v_open_questions too: grant-reader from now on, and every role already
+-- The reader role reads the new views too: grant-reader from now on, and every role already
 -- made by it, now (as 0013 did for v_stall_counts).
 ALTER FUNCTION wl_grant_reader(text, text) RENAME TO wl_grant_reader_0013;
 CREATE FUNCTION wl_grant_reader(role_name text, password_verifier text) RETURNS text[]
     LANGUAGE plpgsql AS $$
 BEGIN
     RETURN wl_grant_reader_0013(role_name, password_verifier)
-           || wl_grant_views(role_name, ARRAY['v_unit_ranks', 'v_open_questions']);
+           || wl_grant_views(role_name, ARRAY['v_costliest_units', 'v_most_attempted_units', 'v_changed_units',
+                                             'v_open_questions']);
 END $$;
 REVOKE EXECUTE ON FUNCTION wl_grant_reader(text, text) FROM PUBLIC;
 
@@ -698,7 +710,8 @@ BEGIN
         WHERE c.oid = 'v_queue_depth'::regclass AND acl.privilege_type = 'SELECT'
           AND acl.grantee <> c.relowner
     LOOP
-        PERFORM wl_grant_views(reader, ARRAY['v_unit_ranks', 'v_open_questions']);
+        PERFORM wl_grant_views(reader, ARRAY['v_costliest_units', 'v_most_attempted_units', 'v_changed_units',
+                                             'v_open_questions']);
     END LOOP;
 END $$;
 

@@ -42,16 +42,18 @@ ORDER BY scope = 'total', domain;
 
 -- name: read_costliest_units
 -- $1 domain or null, $2 how many: the units that cost the most (a unit that cost nothing is
--- not among them). Picked from v_unit_ranks, whose index gives them in order (migration
--- 0017), then read from v_cost_per_unit by id: no sort of every unit.
+-- not among them), without a sort of every unit (migration 0017): the first $2 plus as
+-- many as changed since the last fold from v_costliest_units (an index), and the changed units
+-- (v_changed_units), read as they are now from v_cost_per_unit and ranked again.
 SELECT domain, unit_id, external_ref, state, disposition, attempts, cost_cents
 FROM v_cost_per_unit
-WHERE scope = 'unit'
-  AND unit_id = ANY (ARRAY(SELECT r.unit_id FROM v_unit_ranks AS r
-                           WHERE r.cost_cents > 0 AND ($1::text IS NULL OR r.domain = $1)
-                           ORDER BY r.cost_cents DESC, r.external_ref
-                           LIMIT $2))
-ORDER BY cost_cents DESC, external_ref;
+WHERE scope = 'unit' AND cost_cents > 0 AND ($1::text IS NULL OR domain = $1)
+  AND unit_id = ANY (ARRAY(SELECT r.unit_id FROM v_costliest_units AS r
+                           WHERE $1::text IS NULL OR r.domain = $1
+                           LIMIT $2 + (SELECT count(*) FROM v_changed_units))
+                     || ARRAY(SELECT c.unit_id FROM v_changed_units AS c))
+ORDER BY cost_cents DESC, external_ref
+LIMIT $2;
 
 -- name: read_rework_rates
 -- $1 domain or null: the rework rate per domain and in total.
@@ -62,17 +64,23 @@ WHERE scope IN ('domain', 'total') AND ($1::text IS NULL OR (scope = 'domain' AN
 ORDER BY scope = 'total', domain;
 
 -- name: read_reworked_units
--- $1 domain or null, $2 how many: the units that took the most attempts. Picked from
--- v_unit_ranks in its index's order (migration 0017), then looked up in v_rework by id: an
--- array computed first (ARRAY(...)), so the lookup is an index scan of those units alone.
+-- $1 domain or null, $2 how many: the units that took the most attempts, picked as
+-- read_costliest_units picks by cost (v_most_attempted_units and v_changed_units, ranked
+-- again by their rows now), then looked up in v_rework by id: an array computed first
+-- (ARRAY(...)), so the lookup is an index scan of those units alone.
 SELECT domain, unit_id, external_ref, state, disposition, attempts, superseded_attempts,
        released_attempts
 FROM v_rework
 WHERE scope = 'unit'
-  AND unit_id = ANY (ARRAY(SELECT r.unit_id FROM v_unit_ranks AS r
-                           WHERE r.attempts > 1 AND ($1::text IS NULL OR r.domain = $1)
-                           ORDER BY r.attempts DESC, r.external_ref
-                           LIMIT $2))
+  AND unit_id = ANY (ARRAY(
+      SELECT c.unit_id FROM v_cost_per_unit AS c
+      WHERE c.scope = 'unit' AND c.attempts > 1 AND ($1::text IS NULL OR c.domain = $1)
+        AND c.unit_id = ANY (ARRAY(SELECT r.unit_id FROM v_most_attempted_units AS r
+                                   WHERE $1::text IS NULL OR r.domain = $1
+                                   LIMIT $2 + (SELECT count(*) FROM v_changed_units))
+                             || ARRAY(SELECT u.unit_id FROM v_changed_units AS u))
+      ORDER BY c.attempts DESC, c.external_ref
+      LIMIT $2))
 ORDER BY attempts DESC, external_ref;
 
 -- name: read_disposition_summary
