@@ -264,3 +264,48 @@ async def test_the_top_lists_read_ranks_and_equal_a_full_sort(
     await raw.fetchval("SELECT wl_fold_read_summaries()")
     await check()
     assert await _drift(raw) == []
+
+
+async def test_stall_counts_equal_the_stall_list(seeded: Ledger, raw: asyncpg.Connection) -> None:
+    """v_stall_counts (leased units from the tallies, less those heard from lately and those
+    never heard from) counts what v_stall_list lists, per domain, as leases go silent, with
+    changes folded or not."""
+    compare = (
+        "SELECT domain, count(*) FROM v_stall_list GROUP BY domain {}"
+        " SELECT domain, stalled_units FROM v_stall_counts"
+    )
+
+    async def check() -> int:
+        assert await raw.fetch(compare.format("EXCEPT ALL")) == []
+        swapped = (
+            "SELECT domain, stalled_units FROM v_stall_counts EXCEPT ALL"
+            " SELECT domain, count(*) FROM v_stall_list GROUP BY domain"
+        )
+        assert await raw.fetch(swapped) == []
+        return int(await raw.fetchval("SELECT count(*) FROM v_stall_list"))
+
+    await seeded.register([NewUnit(f"st{i}", "fleet-a", "stalls") for i in range(3)], OPERATOR)
+    for i in range(3):
+        assert (await seeded.claim(f"stall-agent-{i}", lease_seconds=600)).unit is not None
+    leased = await raw.fetch(
+        "SELECT id FROM work_units WHERE state IN ('claimed', 'in_progress')"
+        " AND last_heartbeat_at > now() - interval '1 minute' ORDER BY external_ref"
+    )
+    assert len(leased) >= 2
+    before = await check()
+    await raw.execute(
+        "UPDATE work_units SET last_heartbeat_at = now() - interval '2 days' WHERE id = $1",
+        leased[0]["id"],
+    )
+    assert await check() == before + 1
+    await raw.fetchval("SELECT wl_fold_read_summaries()")
+    assert await check() == before + 1
+    await raw.execute(
+        "UPDATE work_units SET last_heartbeat_at = NULL WHERE id = $1", leased[1]["id"]
+    )
+    assert await check() == before + 1
+    await raw.execute(
+        "UPDATE work_units SET last_heartbeat_at = now() - interval '2 days'"
+        " WHERE state IN ('claimed', 'in_progress') AND last_heartbeat_at IS NOT NULL"
+    )
+    assert await check() == before + len(leased) - 1

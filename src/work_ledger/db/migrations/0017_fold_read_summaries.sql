@@ -655,6 +655,38 @@ COMMENT ON VIEW v_changed_units IS
     'The units changed since the last fold of the read summaries (a few thousand at most '
     'while serve runs): what v_costliest_units and v_most_attempted_units may not say yet.';
 
+-- v_stall_counts without reading every stalled unit (a year's ledger can hold tens of
+-- thousands, which 0013's index-only count read on every scrape): the leased units per
+-- domain from the tallies, less those heard from within the threshold (a range of the
+-- silent index as long as the live leases) and those never heard from (a partial index no
+-- write path enters: a claim sets the heartbeat). The same snapshot as the tallies.
+CREATE INDEX work_units_unheard_leases_idx ON work_units (domain)
+    WHERE state IN ('claimed', 'in_progress') AND last_heartbeat_at IS NULL;
+CREATE OR REPLACE VIEW v_stall_counts WITH (security_barrier) AS
+WITH threshold AS (
+    SELECT now() - make_interval(secs => (SELECT stall_seconds FROM wl_settings)) AS at
+), leased AS (
+    SELECT domain, sum(units) AS units FROM wl_unit_tallies_now
+    WHERE state IN ('claimed', 'in_progress')
+    GROUP BY domain
+), heard AS (
+    SELECT u.domain, count(*) AS units FROM work_units AS u
+    WHERE u.state IN ('claimed', 'in_progress')
+      AND u.last_heartbeat_at >= (SELECT at FROM threshold)
+    GROUP BY u.domain
+), unheard AS (
+    SELECT u.domain, count(*) AS units FROM work_units AS u
+    WHERE u.state IN ('claimed', 'in_progress') AND u.last_heartbeat_at IS NULL
+    GROUP BY u.domain
+)
+SELECT l.domain,
+       (l.units - coalesce(h.units, 0) - coalesce(n.units, 0))::bigint AS stalled_units
+FROM leased AS l
+LEFT JOIN heard AS h ON h.domain = l.domain
+LEFT JOIN unheard AS n ON n.domain = l.domain
+WHERE l.units - coalesce(h.units, 0) - coalesce(n.units, 0) > 0
+  AND (SELECT at FROM threshold) IS NOT NULL;
+
 -- What /metrics reads of the questions: per assignee group (every group that has had a
 -- question, none open included), the open questions and the oldest one's age, as
 -- v_question_wait's group rows say, from an index: the groups by a skip over it (one probe
