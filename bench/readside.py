@@ -36,6 +36,7 @@ import asyncpg
 
 from work_ledger.db.connect import connect, ensure_database, with_database
 from work_ledger.db.migrate import apply_migrations, load_migrations
+from work_ledger.db.queries import QUERIES as NAMED
 from work_ledger.db.queries import parse_named_sql
 from work_ledger.readside.gauges import read_gauges
 
@@ -86,6 +87,18 @@ LATER_VIEWS = {
     "v_waiting": "SELECT * FROM v_waiting LIMIT 100",
     "v_budget": "SELECT * FROM v_budget",
     "v_cost_by_model": "SELECT * FROM v_cost_by_model",
+}
+# The report's own queries from migration 0017 on (v_costliest_units, v_most_attempted_units).
+RANKED = {
+    "costliest 20 units (report: v_costliest_units, then v_cost_per_unit by id)": (
+        "read_costliest_units",
+        (None, 20),
+    ),
+    "costliest 20 units of one domain (report)": ("read_costliest_units", ("estate/search-1", 20)),
+    "most attempts, 20 units (report: v_most_attempted_units, then v_rework by id)": (
+        "read_reworked_units",
+        (None, 20),
+    ),
 }
 
 
@@ -149,12 +162,14 @@ async def migrate(admin_url: str) -> dict[str, Any]:
     return {"applied": [m.version for m in applied], "seconds": round(seconds, 1)}
 
 
-async def _median_ms(conn: asyncpg.Connection, sql: str, reps: int) -> float:
-    await conn.fetch(sql)
+async def _median_ms(
+    conn: asyncpg.Connection, sql: str, reps: int, args: tuple[Any, ...] = ()
+) -> float:
+    await conn.fetch(sql, *args)
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        await conn.fetch(sql)
+        await conn.fetch(sql, *args)
         times.append((time.perf_counter() - t0) * 1000)
     return round(statistics.median(times), 1)
 
@@ -193,6 +208,9 @@ async def time_reads(admin_url: str, *, label: str, reps: int) -> dict[str, Any]
         later = {k: v for k, v in LATER_VIEWS.items() if k in present}
         queries = {**QUERIES, **later}
         results = {name: await _median_ms(conn, sql, reps) for name, sql in queries.items()}
+        if "v_costliest_units" in present:
+            for name, (query, args) in RANKED.items():
+                results[name] = await _median_ms(conn, NAMED[query], reps, args)
         scrapes = []
         for _ in range(reps):
             t0 = time.perf_counter()
@@ -233,29 +251,40 @@ def markdown(runs: list[dict[str, Any]]) -> str:
             f"{rep['widest']} columns, exit {rep['exit']}."
         )
     for r in runs:
-        if "with_over_without" in r:
+        if "over_off" in r:
             lines += _write_table(r)
     return "\n".join(lines) + "\n"
 
 
 def _write_table(run: dict[str, Any]) -> list[str]:
-    """The write path with and without the tally triggers, side by side."""
-    with_, without = run["median"]["with"], run["median"]["without"]
-    ratios = run["with_over_without"]
-    return [
+    """The write path with each schema's triggers and with none, side by side."""
+    serial, rates, ratios = run["serial"], run["lives_per_s_median"], run["over_off"]
+    lines = [
         "",
-        f"Write path, {run['rounds']} interleaved rounds ({run['batch']} serial lives each;"
-        f" {run['workers']} connections for {run['window_seconds']} s every other round):",
+        f"Write path: {run['rounds']} rounds of {run['chunk']} serial lives per database,"
+        f" round-robin; {run['windows']} windows of {run['workers']} connections for"
+        f" {run['window_seconds']} s, rotating order (0017 folds every"
+        f" {run['fold_every_lives']} serial lives and every {run['fold_seconds']} s"
+        " concurrently, inside the measured figures):",
         "",
-        "| figure (median) | triggers on | triggers off | on ÷ off |",
+        "| figure | 0016 (row triggers) | 0017 (change rows + fold) | off |",
         "|---|---:|---:|---:|",
-        f"| PostgreSQL backend CPU per life (ms) | {with_['cpu_ms']} | {without['cpu_ms']} |"
-        f" {ratios['backend CPU per life']} |",
-        f"| wall time per serial life (ms) | {with_['wall_ms']} | {without['wall_ms']} |"
-        f" {ratios['wall per serial life']} |",
-        f"| lives per second, 64 connections | {with_['lives_per_s']} |"
-        f" {without['lives_per_s']} | {ratios['lives per s at c=64']} |",
     ]
+    for label, key in (("backend CPU per life (ms)", "cpu_ms"), ("wall per life (ms)", "wall_ms")):
+        cells = " | ".join(str(serial[v][key]) for v in ("0016", "0017", "off"))
+        lines.append(f"| PostgreSQL {label} | {cells} |")
+    cells = " | ".join(str(rates[v]) for v in ("0016", "0017", "off"))
+    lines.append(f"| lives per second, 64 connections (median) | {cells} |")
+    for label, key in (
+        ("CPU per life ÷ off", "backend CPU per life"),
+        ("wall per life ÷ off", "wall per serial life"),
+        (
+            "lives/s at 64 ÷ off (median of per-round ratios)",
+            "lives per s at c=64 (median of per-round ratios)",
+        ),
+    ):
+        lines.append(f"| {label} | {ratios['0016'][key]} | {ratios['0017'][key]} | 1 |")
+    return lines
 
 
 def main() -> None:

@@ -1,19 +1,30 @@
-"""The write path beside the read side's tallies (issue 32): what the triggers of migration
-0012 cost the statements of a unit's life, with them and without them, side by side on one
-database (`python -m bench.readside write`).
+"""The write path beside the read side's tallies (issue 32): what keeping the tallies costs
+the statements of a unit's life (`python -m bench.readside write`).
 
 A life is what `Ledger` runs for one unit (claim, start, cost, verify, dispose: the
-product's named statements, as bench/claims.py `ledger_sql_life` runs them). Two figures,
-each taken alternately with the tally triggers enabled and disabled, rounds interleaved so
-that load from elsewhere on the machine falls on both alike:
+product's named statements, as bench/claims.py `ledger_sql_life` runs them). Three
+databases side by side on one server, each with its own connections:
 
-- serial: one connection, batches of lives; the PostgreSQL backend's CPU per life (from
-  /proc, so the server must run on this machine) and the wall time per life;
-- concurrent: 64 connections running lives for a window each; lives per second (the hot
-  tally rows would show here as lock waits).
+- `0016`: migrations through 0016, whose row triggers upsert the tallies in the statement
+  that changes a unit;
+- `0017`: all migrations: the trigger appends one change row per unit change, and
+  wl_fold_read_summaries() folds them into the tallies. The fold's cost is counted: the
+  serial connection folds every FOLD_EVERY_LIVES lives (inside its measured CPU), and during
+  a concurrent window a folder connection folds every FOLD_SECONDS (as `serve` does), the
+  window ending with a last fold inside the measured time;
+- `off`: all migrations with the tally triggers disabled (nothing kept: the baseline).
 
-Afterwards the tallies are rebuilt (the lives run without triggers left them short) and
-checked against the tables.
+Two figures, the databases taken in turn in small slices so that load from elsewhere on
+this shared machine falls on all three alike:
+
+- serial: one connection per database, CHUNK lives at a time, round-robin for `rounds`
+  rounds; each backend's CPU (from /proc, so the server must run on this machine) and wall
+  time summed over all its chunks, per life;
+- concurrent: 64 connections running lives for a window, the databases in rotating order
+  each round; lives per second, and the ratio to `off` of the same round (median).
+
+Afterwards each database's tallies are rebuilt and checked against the tables (the `off`
+one's and the triggers-off rounds' tallies are short until then).
 """
 
 from __future__ import annotations
@@ -29,11 +40,19 @@ import psutil
 
 from bench.claims import NO_COST_DETAIL
 from work_ledger.db.connect import connect, ensure_database, with_database
-from work_ledger.db.migrate import apply_migrations
+from work_ledger.db.migrate import apply_migrations, load_migrations
 from work_ledger.db.queries import QUERIES
 
-DATABASE = "readside_write"
+# Each variant's database and the last migration applied to it.
+VARIANTS = {
+    "0016": ("readside_write_0016", 16),
+    "0017": ("readside_write", 10_000),
+    "off": ("readside_write_off", 10_000),
+}
 TRIGGERS = ("read_summaries_on_insert", "read_summaries_on_update")
+FOLD_SECONDS = 1.0
+FOLD_EVERY_LIVES = 200  # 1,000 change rows: serve's FOLD_MIN_ROWS
+CHUNK = 10
 # One link per unit, as a real fleet records them (a link shared by every unit would make
 # its row in wl_disposed_links a hot row: each disposal carrying it counts it there).
 EVIDENCE = "https://ci.example.com/runs/{}"
@@ -55,30 +74,41 @@ async def _life(conn: asyncpg.Connection, agent: str) -> bool:
     return True
 
 
-async def _set_triggers(admin: asyncpg.Connection, enabled: bool) -> None:
-    verb = "ENABLE" if enabled else "DISABLE"
-    for trigger in TRIGGERS:
-        await admin.execute(f"ALTER TABLE work_units {verb} TRIGGER {trigger}")
+class _Serial:
+    """One database's serial connection: lives a chunk at a time, CPU and wall summed."""
+
+    def __init__(self, conn: asyncpg.Connection, backend: psutil.Process, folds: bool) -> None:
+        self.conn, self.backend, self.folds = conn, backend, folds
+        self.agent = f"serial-{uuid.uuid4().hex[:6]}"
+        self.lives = 0
+        self.cpu = 0.0
+        self.wall = 0.0
+
+    async def chunk(self, lives: int) -> None:
+        before = self.backend.cpu_times()
+        t0 = time.perf_counter()
+        for _ in range(lives):
+            await _life(self.conn, self.agent)
+            self.lives += 1
+            if self.folds and self.lives % FOLD_EVERY_LIVES == 0:
+                await self.conn.execute("SELECT wl_fold_read_summaries()")
+        self.wall += time.perf_counter() - t0
+        after = self.backend.cpu_times()
+        self.cpu += (after.user - before.user) + (after.system - before.system)
 
 
-async def _serial(conn: asyncpg.Connection, batch: int) -> tuple[float, float]:
-    """(backend CPU ms, wall ms) per life over one batch."""
-    backend = psutil.Process(await conn.fetchval("SELECT pg_backend_pid()"))
-    agent = f"serial-{uuid.uuid4().hex[:6]}"
-    before = backend.cpu_times()
-    t0 = time.perf_counter()
-    for _ in range(batch):
-        await _life(conn, agent)
-    wall = time.perf_counter() - t0
-    after = backend.cpu_times()
-    cpu = (after.user - before.user) + (after.system - before.system)
-    return cpu * 1000 / batch, wall * 1000 / batch
-
-
-async def _concurrent(conns: list[asyncpg.Connection], seconds: float) -> float:
-    """Lives per second of all connections over one window."""
+async def _concurrent(
+    conns: list[asyncpg.Connection], seconds: float, folder: asyncpg.Connection | None
+) -> float:
+    """Lives per second of all connections over one window (and the folds of them)."""
     done = 0
     stop = time.perf_counter() + seconds
+
+    async def fold() -> None:
+        assert folder is not None
+        while time.perf_counter() < stop:
+            await asyncio.sleep(FOLD_SECONDS)
+            await folder.execute("SELECT wl_fold_read_summaries(1000)")
 
     async def worker(i: int, conn: asyncpg.Connection) -> None:
         nonlocal done
@@ -89,21 +119,26 @@ async def _concurrent(conns: list[asyncpg.Connection], seconds: float) -> float:
             done += 1
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(worker(i, c) for i, c in enumerate(conns)))
+    folding = [fold()] if folder is not None else []
+    await asyncio.gather(*(worker(i, c) for i, c in enumerate(conns)), *folding)
+    if folder is not None:
+        await folder.execute("SELECT wl_fold_read_summaries()")
     return done / (time.perf_counter() - t0)
 
 
-async def _fresh(admin_url: str) -> str:
+async def _fresh(admin_url: str, database: str, through: int) -> str:
     admin = await connect(admin_url)
     try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        await admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
     finally:
         await admin.close()
-    await ensure_database(admin_url, DATABASE)
-    url = with_database(admin_url, DATABASE)
+    await ensure_database(admin_url, database)
+    url = with_database(admin_url, database)
     conn = await connect(url)
     try:
-        await apply_migrations(conn)
+        await apply_migrations(
+            conn, migrations=[m for m in load_migrations() if m.version <= through]
+        )
         await conn.execute(
             "INSERT INTO work_units (external_ref, fleet, domain)"
             " SELECT 'w-' || g, 'bench', 'domain-' || (g % $2) FROM generate_series(1, $1) AS g",
@@ -116,56 +151,93 @@ async def _fresh(admin_url: str) -> str:
     return url
 
 
-def _ratio(with_: list[float], without: list[float]) -> float:
-    return round(statistics.median(with_) / statistics.median(without), 3)
-
-
 async def measure_write(
-    admin_url: str, *, rounds: int = 8, batch: int = 150, workers: int = 64, window: float = 4.0
+    admin_url: str,
+    *,
+    rounds: int = 100,
+    windows: int = 6,
+    workers: int = 64,
+    window: float = 4.0,
 ) -> dict[str, Any]:
-    url = await _fresh(admin_url)
-    admin = await connect(url)
-    serial = await connect(url)
-    conns = [await connect(url) for _ in range(workers)]
-    figures: dict[str, dict[str, list[float]]] = {
-        mode: {"cpu_ms": [], "wall_ms": [], "lives_per_s": []} for mode in ("with", "without")
+    urls = {
+        name: await _fresh(admin_url, database, through)
+        for name, (database, through) in VARIANTS.items()
     }
+    off = await connect(urls["off"])
+    try:
+        for trigger in TRIGGERS:
+            await off.execute(f"ALTER TABLE work_units DISABLE TRIGGER {trigger}")
+    finally:
+        await off.close()
+    serials = {}
+    for name, url in urls.items():
+        conn = await connect(url)
+        backend = psutil.Process(await conn.fetchval("SELECT pg_backend_pid()"))
+        serials[name] = _Serial(conn, backend, folds=name == "0017")
+    names = list(VARIANTS)
+    rates: dict[str, list[float]] = {name: [] for name in names}
     try:
         for n in range(rounds):
-            # Alternate which mode goes first, so neither always runs on a warmer cache.
-            for mode in ("with", "without") if n % 2 == 0 else ("without", "with"):
-                await _set_triggers(admin, mode == "with")
-                cpu, wall = await _serial(serial, batch)
-                figures[mode]["cpu_ms"].append(cpu)
-                figures[mode]["wall_ms"].append(wall)
-                if n % 2 == 0:
-                    figures[mode]["lives_per_s"].append(await _concurrent(conns, window))
-            print(f"round {n + 1}/{rounds}", flush=True)
-        await _set_triggers(admin, True)
-        await admin.execute("SELECT wl_rebuild_read_summaries()")
-        drift = await admin.fetchval("SELECT count(*) FROM wl_read_summary_drift()")
+            for name in names[n % 3 :] + names[: n % 3]:
+                await serials[name].chunk(CHUNK)
+        print(f"serial: {rounds} rounds of {CHUNK} lives", flush=True)
+        for n in range(windows):
+            for name in names[n % 3 :] + names[: n % 3]:
+                conns = [await connect(urls[name]) for _ in range(workers)]
+                folder = await connect(urls[name]) if name == "0017" else None
+                try:
+                    rates[name].append(await _concurrent(conns, window, folder))
+                finally:
+                    for conn in (*conns, *([folder] if folder else [])):
+                        await conn.close()
+            print(f"window {n + 1}/{windows}", flush=True)
     finally:
-        for conn in (admin, serial, *conns):
+        for serial in serials.values():
+            await serial.conn.close()
+    drift = {}
+    for name, url in urls.items():
+        conn = await connect(url)
+        try:
+            for trigger in TRIGGERS:
+                await conn.execute(f"ALTER TABLE work_units ENABLE TRIGGER {trigger}")
+            await conn.execute("SELECT wl_rebuild_read_summaries()")
+            drift[name] = await conn.fetchval("SELECT count(*) FROM wl_read_summary_drift()")
+        finally:
             await conn.close()
-    medians = {
-        mode: {k: round(statistics.median(v), 3) for k, v in f.items()}
-        for mode, f in figures.items()
+    per_life = {
+        name: {
+            "lives": s.lives,
+            "cpu_ms": round(s.cpu * 1000 / s.lives, 3),
+            "wall_ms": round(s.wall * 1000 / s.lives, 3),
+        }
+        for name, s in serials.items()
     }
+    ratios = {}
+    for name in ("0016", "0017"):
+        ratios[name] = {
+            "backend CPU per life": round(per_life[name]["cpu_ms"] / per_life["off"]["cpu_ms"], 3),
+            "wall per serial life": round(
+                per_life[name]["wall_ms"] / per_life["off"]["wall_ms"], 3
+            ),
+            "lives per s at c=64 (median of per-round ratios)": round(
+                statistics.median(a / b for a, b in zip(rates[name], rates["off"], strict=True)),
+                3,
+            ),
+            "lives per s at c=64 (ratio of medians)": round(
+                statistics.median(rates[name]) / statistics.median(rates["off"]), 3
+            ),
+        }
     return {
         "rounds": rounds,
-        "batch": batch,
+        "chunk": CHUNK,
+        "windows": windows,
         "workers": workers,
         "window_seconds": window,
-        "median": medians,
-        "with_over_without": {
-            "backend CPU per life": _ratio(figures["with"]["cpu_ms"], figures["without"]["cpu_ms"]),
-            "wall per serial life": _ratio(
-                figures["with"]["wall_ms"], figures["without"]["wall_ms"]
-            ),
-            "lives per s at c=64": _ratio(
-                figures["with"]["lives_per_s"], figures["without"]["lives_per_s"]
-            ),
-        },
+        "fold_seconds": FOLD_SECONDS,
+        "fold_every_lives": FOLD_EVERY_LIVES,
+        "serial": per_life,
+        "lives_per_s_median": {k: round(statistics.median(v), 1) for k, v in rates.items()},
+        "over_off": ratios,
         "drift_rows_after_rebuild": drift,
-        "raw": figures,
+        "raw_lives_per_s": rates,
     }

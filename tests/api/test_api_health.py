@@ -123,3 +123,31 @@ async def test_metrics_token_option_requires_a_token(make_api: MakeApi) -> None:
     assert response.status_code == 200
     assert "work_ledger_units" in response.text
     assert (await api.client().get("/docs")).status_code == 200
+
+
+async def test_serve_folds_the_read_summaries_change_rows(
+    make_api: MakeApi, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running server folds the change rows of the read summaries (migration 0017) on
+    its timer: the rows a registration appended are gone, and the tallies hold them."""
+    import asyncio
+
+    import asyncpg
+
+    from work_ledger.api import app as app_module
+
+    monkeypatch.setattr(app_module, "FOLD_EVERY_SECONDS", 0.05)
+    monkeypatch.setattr(app_module, "FOLD_MIN_ROWS", 10_000)  # below it: every 10th tick
+    api = await make_api()
+    operator = await api.as_role(Role.OPERATOR, "op")
+    await register(operator, "f1", "f2")
+    raw = await asyncpg.connect(database_url)
+    try:
+        for _ in range(200):  # 10 s at most; a fold comes every 0.5 s here
+            if await raw.fetchval("SELECT count(*) FROM wl_unit_changes") == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await raw.fetchval("SELECT count(*) FROM wl_unit_changes") == 0
+        assert await raw.fetchval("SELECT sum(units) FROM wl_unit_tallies") == 2
+    finally:
+        await raw.close()

@@ -115,6 +115,34 @@ async def test_question_wait_by_group_domain_and_total(
     assert len(rows) == 5
 
 
+async def test_open_questions_equal_the_group_rows_of_question_wait(
+    ledger: Ledger, raw: asyncpg.Connection
+) -> None:
+    """v_open_questions (what /metrics reads, from an index) says what v_question_wait's
+    group rows say: every group that has had a question, none open included."""
+    units = [await _unit(ledger, f"q{i}", "orders") for i in range(5)]
+    await _question(raw, units[0], group="legal", age_seconds=900)
+    await _question(raw, units[1], group="legal", age_seconds=300, answered_after=10)
+    await _question(raw, units[2], group="owners", age_seconds=60, answered_after=5)
+    await _question(raw, units[3], group="zeta", age_seconds=30)
+    await _question(raw, units[4], group="alpha", age_seconds=7200)
+    compare = (
+        "SELECT assignee_group_slug, open_questions, oldest_open_seconds FROM v_question_wait"
+        " WHERE scope = 'group' {} SELECT assignee_group_slug, open_questions,"
+        " oldest_open_seconds FROM v_open_questions"
+    )
+    async with raw.transaction(isolation="repeatable_read"):  # one now() for both sides
+        assert await raw.fetch(compare.format("EXCEPT ALL")) == []
+        assert await raw.fetch(compare.format("UNION ALL")) != []
+        swapped = (
+            "SELECT assignee_group_slug, open_questions, oldest_open_seconds FROM"
+            " v_open_questions EXCEPT ALL SELECT assignee_group_slug, open_questions,"
+            " oldest_open_seconds FROM v_question_wait WHERE scope = 'group'"
+        )
+        assert await raw.fetch(swapped) == []
+    assert await raw.fetchval("SELECT count(*) FROM v_open_questions") == 4
+
+
 async def test_metrics_gauge_open_questions_and_oldest_age_by_group(
     ledger: Ledger, pool: Pool, raw: asyncpg.Connection
 ) -> None:

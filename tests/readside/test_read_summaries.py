@@ -12,6 +12,7 @@ from importlib import resources
 import asyncpg
 import pytest
 
+from work_ledger.db.queries import QUERIES
 from work_ledger.domain.model import Actor, Disposition, NewUnit
 from work_ledger.service.ledger import Ledger
 
@@ -108,6 +109,7 @@ async def test_a_drifted_tally_is_reported_by_audit_and_repaired_by_rebuild(
 ) -> None:
     """Break a tally with raw SQL: audit names it; the rebuild makes it exact again."""
     await _install_full_scans(raw)
+    assert await raw.fetchval("SELECT wl_fold_read_summaries()") > 0
     await raw.execute(
         "UPDATE wl_unit_tallies SET units = units + 1 WHERE (domain, state) = ('billing', 'ready')"
     )
@@ -147,12 +149,40 @@ async def test_summaries_stay_exact_under_concurrent_writers(
     await _install_full_scans(raw)
     units = [NewUnit(f"c{i}", "fleet-a", "hot") for i in range(400)]
     await ledger.register(units, OPERATOR)
-    await asyncio.gather(*(_life(ledger, f"agent-{n}", 40) for n in range(8)))
+    agents = asyncio.gather(*(_life(ledger, f"agent-{n}", 40) for n in range(8)))
+    folds = 0
+    while not agents.done():
+        # A fold beside the writers, as `serve` runs it: every read stays exact.
+        folds += await raw.fetchval("SELECT wl_fold_read_summaries()") > 0
+        await _assert_exact(raw)
+        await asyncio.sleep(0.05)
+    await agents
+    assert folds > 0
     await _assert_exact(raw)
     depth = await raw.fetchrow("SELECT * FROM v_queue_depth WHERE domain = 'hot'")
     assert depth is not None
     assert depth["units"] == 400
     assert depth["done"] > 0
+
+
+async def test_views_are_exact_before_and_after_each_fold(
+    seeded: Ledger, raw: asyncpg.Connection
+) -> None:
+    """Folded tallies plus the change rows not yet folded say what the tables say: with
+    nothing folded, after a fold, after more writes on top of a fold, and after folding
+    those; and the fold empties the change rows it counted."""
+    await _install_full_scans(raw)
+    await _assert_exact(raw)
+    assert await raw.fetchval("SELECT wl_fold_read_summaries()") > 0
+    assert await raw.fetchval("SELECT count(*) FROM wl_unit_changes") == 0
+    await _assert_exact(raw)
+    await seeded.register([NewUnit("f1", "fleet-a", "billing")], OPERATOR)
+    await _life(seeded, "folder-agent", 3)
+    await raw.execute("UPDATE work_units SET evidence_urls = '{}' WHERE external_ref = 'b1'")
+    assert await raw.fetchval("SELECT count(*) FROM wl_unit_changes") > 0
+    await _assert_exact(raw)
+    await raw.fetchval("SELECT wl_fold_read_summaries()")
+    await _assert_exact(raw)
 
 
 async def test_a_fresh_registration_is_counted_in_its_statement(
@@ -188,3 +218,94 @@ async def test_cost_by_model_follows_records_and_moved_units(
     )
     assert row is not None
     assert (row["cost_cents"], row["estimated_cents"], row["units"]) == (100, 60, 1)
+
+
+async def test_the_top_lists_read_ranks_and_equal_a_full_sort(
+    seeded: Ledger, raw: asyncpg.Connection
+) -> None:
+    """The report's costliest and most-attempted units (v_costliest_units and
+    v_most_attempted_units as of the last fold, plus the units changed since) are those a
+    sort of every unit gives, before and after a fold and after a raw edit that moves a
+    folded unit to another domain."""
+    costliest = QUERIES["read_costliest_units"]
+    reworked = QUERIES["read_reworked_units"]
+    by_cost = (
+        "SELECT unit_id FROM v_cost_per_unit WHERE scope = 'unit' AND cost_cents > 0"
+        " AND ($1::text IS NULL OR domain = $1) ORDER BY cost_cents DESC, external_ref LIMIT $2"
+    )
+    by_attempts = (
+        "SELECT unit_id FROM v_cost_per_unit WHERE scope = 'unit' AND attempts > 1"
+        " AND ($1::text IS NULL OR domain = $1) ORDER BY attempts DESC, external_ref LIMIT $2"
+    )
+
+    async def check() -> None:
+        domains = [r[0] for r in await raw.fetch("SELECT DISTINCT domain FROM work_units")]
+        for domain in (None, *domains):
+            for limit in (1, 3, 20):
+                got = [r["unit_id"] for r in await raw.fetch(costliest, domain, limit)]
+                assert got == [r["unit_id"] for r in await raw.fetch(by_cost, domain, limit)]
+                got = [r["unit_id"] for r in await raw.fetch(reworked, domain, limit)]
+                assert got == [r["unit_id"] for r in await raw.fetch(by_attempts, domain, limit)]
+
+    assert await raw.fetchval("SELECT count(*) FROM wl_unit_changes") > 0
+    await check()
+    await raw.fetchval("SELECT wl_fold_read_summaries()")
+    await check()
+    # A unit not yet disposed (moving a disposed one folds at once), among those with cost.
+    top = await raw.fetchrow(
+        "SELECT id, domain FROM work_units WHERE disposition IS NULL AND cost_cents > 0"
+        " ORDER BY cost_cents DESC LIMIT 1"
+    )
+    assert top is not None
+    moved_to = "orders" if top["domain"] != "orders" else "billing"
+    await raw.execute("UPDATE work_units SET domain = $2 WHERE id = $1", top["id"], moved_to)
+    assert await raw.fetchval("SELECT count(*) FROM wl_unit_changes") == 1
+    await check()
+    await raw.fetchval("SELECT wl_fold_read_summaries()")
+    await check()
+    assert await _drift(raw) == []
+
+
+async def test_stall_counts_equal_the_stall_list(seeded: Ledger, raw: asyncpg.Connection) -> None:
+    """v_stall_counts (leased units from the tallies, less those heard from lately and those
+    never heard from) counts what v_stall_list lists, per domain, as leases go silent, with
+    changes folded or not."""
+    compare = (
+        "SELECT domain, count(*) FROM v_stall_list GROUP BY domain {}"
+        " SELECT domain, stalled_units FROM v_stall_counts"
+    )
+
+    async def check() -> int:
+        assert await raw.fetch(compare.format("EXCEPT ALL")) == []
+        swapped = (
+            "SELECT domain, stalled_units FROM v_stall_counts EXCEPT ALL"
+            " SELECT domain, count(*) FROM v_stall_list GROUP BY domain"
+        )
+        assert await raw.fetch(swapped) == []
+        return int(await raw.fetchval("SELECT count(*) FROM v_stall_list"))
+
+    await seeded.register([NewUnit(f"st{i}", "fleet-a", "stalls") for i in range(3)], OPERATOR)
+    for i in range(3):
+        assert (await seeded.claim(f"stall-agent-{i}", lease_seconds=600)).unit is not None
+    leased = await raw.fetch(
+        "SELECT id FROM work_units WHERE state IN ('claimed', 'in_progress')"
+        " AND last_heartbeat_at > now() - interval '1 minute' ORDER BY external_ref"
+    )
+    assert len(leased) >= 2
+    before = await check()
+    await raw.execute(
+        "UPDATE work_units SET last_heartbeat_at = now() - interval '2 days' WHERE id = $1",
+        leased[0]["id"],
+    )
+    assert await check() == before + 1
+    await raw.fetchval("SELECT wl_fold_read_summaries()")
+    assert await check() == before + 1
+    await raw.execute(
+        "UPDATE work_units SET last_heartbeat_at = NULL WHERE id = $1", leased[1]["id"]
+    )
+    assert await check() == before + 1
+    await raw.execute(
+        "UPDATE work_units SET last_heartbeat_at = now() - interval '2 days'"
+        " WHERE state IN ('claimed', 'in_progress') AND last_heartbeat_at IS NOT NULL"
+    )
+    assert await check() == before + len(leased) - 1

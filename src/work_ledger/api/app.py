@@ -41,6 +41,7 @@ from work_ledger.readside.pool import read_pool
 from work_ledger.runtime import open_ledger
 from work_ledger.service.idempotency import IdempotencyStore
 from work_ledger.service.keyed import KeyedWrites
+from work_ledger.service.ledger import Ledger
 from work_ledger.service.tokens import (
     OPERATOR_TOKEN_FILE,
     Role,
@@ -50,6 +51,13 @@ from work_ledger.service.tokens import (
 )
 
 EXPIRE_EVERY_SECONDS = 600.0
+# How serve folds the read summaries' change rows (migration 0017): each second when at
+# least FOLD_MIN_ROWS wait (a fold's cost per key it touches is spread over that many
+# changes), and every FOLD_ALWAYS_TICKS-th second whatever waits. The views are exact
+# either way; this bounds how many unfolded rows a read adds up.
+FOLD_EVERY_SECONDS = 1.0
+FOLD_MIN_ROWS = 1000
+FOLD_ALWAYS_TICKS = 10
 
 
 def is_loopback(host: str) -> bool:
@@ -92,6 +100,16 @@ async def _expire_idempotency(store: IdempotencyStore) -> None:
         await asyncio.sleep(EXPIRE_EVERY_SECONDS)
 
 
+async def _fold_read_summaries(ledger: Ledger) -> None:
+    tick = 0
+    while True:
+        await asyncio.sleep(FOLD_EVERY_SECONDS)
+        tick += 1
+        least = 0 if tick % FOLD_ALWAYS_TICKS == 0 else FOLD_MIN_ROWS
+        with contextlib.suppress(Exception):
+            await ledger.store.fetchrow("fold_read_summaries", least)
+
+
 def create_app(
     settings: Settings,
     *,
@@ -124,6 +142,7 @@ def create_app(
             await notifier.start()
             idempotency = IdempotencyStore(ledger.store)
             expiry = asyncio.create_task(_expire_idempotency(idempotency))
+            folding = asyncio.create_task(_fold_read_summaries(ledger))
             app.state.ledger, app.state.tokens, app.state.read_pool = ledger, tokens, reads
             app.state.notifier, app.state.idempotency = notifier, idempotency
             app.state.writes = KeyedWrites(ledger, refusal_outcome)
@@ -138,9 +157,10 @@ def create_app(
                     gc.freeze()
                     yield
             finally:
-                expiry.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await expiry
+                for task in (expiry, folding):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
                 await notifier.stop()
 
     app = FastAPI(

@@ -10,7 +10,7 @@ request path:
     work_ledger_reclaims_total{domain}       counter  attempts lost to a lapsed lease (v_rework)
     work_ledger_open_questions{assignee_group_slug}             gauge  units waiting on people
     work_ledger_oldest_open_question_seconds{assignee_group_slug}  gauge  0 when none is open
-                                             (both v_question_wait)
+                                             (both v_open_questions)
     work_ledger_waiting_units{domain,reason} gauge    units waiting (v_waiting): reason
                                              unfinished_prerequisite, deferred_prerequisite,
                                              dead_prerequisite, attempt_limit
@@ -87,13 +87,13 @@ class _ViewCollector(Collector):
         yield self._by_group(
             "work_ledger_open_questions",
             "Open blocking questions (units waiting on people), per assignee group "
-            "(v_question_wait).",
+            "(v_open_questions).",
             snapshot.open_questions,
         )
         yield self._by_group(
             "work_ledger_oldest_open_question_seconds",
             "Age of the oldest open blocking question, per assignee group; 0 when none is "
-            "open (v_question_wait).",
+            "open (v_open_questions).",
             snapshot.oldest_question_seconds,
         )
         yield self._counter(

@@ -28,6 +28,10 @@ READ_VIEWS = (
     "v_budget",
     "v_cost_by_model",
     "v_stall_counts",
+    "v_costliest_units",
+    "v_most_attempted_units",
+    "v_changed_units",
+    "v_open_questions",
 )
 SCRAM_ITERATIONS = 4096
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")

@@ -41,10 +41,17 @@ WHERE scope <> 'unit' AND ($1::text IS NULL OR (scope = 'domain' AND domain = $1
 ORDER BY scope = 'total', domain;
 
 -- name: read_costliest_units
--- $1 domain or null, $2 how many: the units that cost the most.
+-- $1 domain or null, $2 how many: the units that cost the most (a unit that cost nothing is
+-- not among them), without a sort of every unit (migration 0017): the first $2 plus as
+-- many as changed since the last fold from v_costliest_units (an index), and the changed units
+-- (v_changed_units), read as they are now from v_cost_per_unit and ranked again.
 SELECT domain, unit_id, external_ref, state, disposition, attempts, cost_cents
 FROM v_cost_per_unit
-WHERE scope = 'unit' AND ($1::text IS NULL OR domain = $1)
+WHERE scope = 'unit' AND cost_cents > 0 AND ($1::text IS NULL OR domain = $1)
+  AND unit_id = ANY (ARRAY(SELECT r.unit_id FROM v_costliest_units AS r
+                           WHERE $1::text IS NULL OR r.domain = $1
+                           LIMIT $2 + (SELECT count(*) FROM v_changed_units))
+                     || ARRAY(SELECT c.unit_id FROM v_changed_units AS c))
 ORDER BY cost_cents DESC, external_ref
 LIMIT $2;
 
@@ -57,18 +64,23 @@ WHERE scope IN ('domain', 'total') AND ($1::text IS NULL OR (scope = 'domain' AN
 ORDER BY scope = 'total', domain;
 
 -- name: read_reworked_units
--- $1 domain or null, $2 how many: the units that took the most attempts. Picked from
--- v_cost_per_unit (a unit's own columns), then looked up in v_rework by id: an array
--- computed first (ARRAY(...)), so the lookup is an index scan of those units alone.
+-- $1 domain or null, $2 how many: the units that took the most attempts, picked as
+-- read_costliest_units picks by cost (v_most_attempted_units and v_changed_units, ranked
+-- again by their rows now), then looked up in v_rework by id: an array computed first
+-- (ARRAY(...)), so the lookup is an index scan of those units alone.
 SELECT domain, unit_id, external_ref, state, disposition, attempts, superseded_attempts,
        released_attempts
 FROM v_rework
 WHERE scope = 'unit'
-  AND unit_id = ANY (ARRAY(SELECT c.unit_id FROM v_cost_per_unit AS c
-                           WHERE c.scope = 'unit' AND c.attempts > 1
-                             AND ($1::text IS NULL OR c.domain = $1)
-                           ORDER BY c.attempts DESC, c.external_ref
-                           LIMIT $2))
+  AND unit_id = ANY (ARRAY(
+      SELECT c.unit_id FROM v_cost_per_unit AS c
+      WHERE c.scope = 'unit' AND c.attempts > 1 AND ($1::text IS NULL OR c.domain = $1)
+        AND c.unit_id = ANY (ARRAY(SELECT r.unit_id FROM v_most_attempted_units AS r
+                                   WHERE $1::text IS NULL OR r.domain = $1
+                                   LIMIT $2 + (SELECT count(*) FROM v_changed_units))
+                             || ARRAY(SELECT u.unit_id FROM v_changed_units AS u))
+      ORDER BY c.attempts DESC, c.external_ref
+      LIMIT $2))
 ORDER BY attempts DESC, external_ref;
 
 -- name: read_disposition_summary
@@ -128,7 +140,8 @@ ORDER BY sum(cost_cents) DESC, model NULLS LAST;
 -- name: read_metrics_snapshot
 -- Everything /metrics reads from the views, in one round trip: queue depth by domain and
 -- state, stalled units by domain, attempts (one per claim) and stale reclaims by domain,
--- open questions and the oldest one's age by assignee group, waiting units by domain and
+-- open questions and the oldest one's age by assignee group (v_open_questions: an index,
+-- not v_question_wait's aggregate of every question), waiting units by domain and
 -- reason (a DEAD or DEFERRED prerequisite, an unfinished one, the attempt limit) with the
 -- oldest one's wait, and each budget's cap, spend and what remains.
 SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
@@ -142,7 +155,7 @@ SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'group', w.assignee_group_slug, 'open', w.open_questions,
                    'oldest', w.oldest_open_seconds)), '[]')
-        FROM v_question_wait AS w WHERE w.scope = 'group') AS question_wait,
+        FROM v_open_questions AS w) AS question_wait,
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'domain', w.domain, 'reason', w.reason, 'units', w.units,
                    'oldest', w.oldest)), '[]')
@@ -158,6 +171,12 @@ SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
                    'fleet', b.fleet, 'domain', coalesce(b.domain, '(all)'), 'cap', b.cap_cents,
                    'spent', b.spent_cents, 'remaining', b.remaining_cents)), '[]')
         FROM v_budget AS b) AS budgets;
+
+-- name: fold_read_summaries
+-- $1 the fewest change rows worth a fold (0: any). The change rows written since the last
+-- fold, folded into the read summaries (migration 0017); 0 when fewer wait or another fold
+-- holds the lock. `serve` runs it every FOLD_EVERY_SECONDS.
+SELECT wl_fold_read_summaries($1) AS folded;
 
 -- name: read_grant_reader
 -- $1 role name, $2 SCRAM-SHA-256 password verifier: the views the role may now read.
