@@ -70,6 +70,19 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
                     f"items/s of {ours} ÷ items/s of {bare}",
                 )
             )
+        for ours, base, what in (
+            ("http_claim_budget", "http_claim", "HTTP claim+start with 1,000 budgets"),
+            ("http_life_by_model", "http_life", "HTTP life, cost by model and tokens"),
+        ):
+            out.append(
+                _goal(
+                    f"{what} ≥ 0.9x without (c={c})",
+                    _ratio(_get(http, ours, k, "items_per_s"), _get(http, base, k, "items_per_s")),
+                    ">=",
+                    0.9,
+                    f"items/s of {ours} ÷ items/s of {base}, same run",
+                )
+            )
         out.append(
             _goal(
                 f"serve app CPU per claim+start ≤ 1.3x the bare app's (c={c})",
@@ -165,6 +178,8 @@ PAIRS = [
     ("claims", "raw_ledger_claim", "raw_bare_claim"),
     ("http", "http_claim", "asgi_raw_claim"),
     ("http", "http_life", "asgi_raw_life"),
+    ("http", "http_claim_budget", "http_claim"),
+    ("http", "http_life_by_model", "http_life"),
 ]
 
 

@@ -220,7 +220,20 @@ def claim_finish_ops(clients: list[MiniHttp]) -> list[Operation]:
     return [op_for(i, c) for i, c in enumerate(clients)]
 
 
-def life_ops(clients: list[MiniHttp]) -> list[Operation]:
+CENTS_ONLY = {"cost_cents": 125}
+# What `run` records from a Claude Code result: one model, four token classes, estimated.
+BY_MODEL = {
+    "cost_cents": 125,
+    "model": "claude-sonnet-4-5-20250929",
+    "input_tokens": 31,
+    "output_tokens": 3120,
+    "cache_read_tokens": 210455,
+    "cache_write_tokens": 18234,
+    "estimated": True,
+}
+
+
+def life_ops(clients: list[MiniHttp], cost: dict[str, Any] = CENTS_ONLY) -> list[Operation]:
     """Claim, start, cost, verify, dispose MIGRATED; the token's own agent."""
 
     def op_for(client: MiniHttp) -> Operation:
@@ -234,7 +247,7 @@ def life_ops(clients: list[MiniHttp]) -> list[Operation]:
             await client.post(
                 f"/units/{unit}/transition", {"to": "in_progress", "attempt_id": attempt}
             )
-            await client.post(f"/attempts/{attempt}/cost", {"cost_cents": 125})
+            await client.post(f"/attempts/{attempt}/cost", cost)
             await client.post(
                 f"/units/{unit}/transition",
                 {"to": "verified", "evidence_url": EVIDENCE, "attempt_id": attempt},
@@ -248,6 +261,21 @@ def life_ops(clients: list[MiniHttp]) -> list[Operation]:
 
     return [op_for(c) for c in clients]
 
+
+def life_by_model_ops(clients: list[MiniHttp]) -> list[Operation]:
+    return life_ops(clients, BY_MODEL)
+
+
+# 998 budgets of other fleets, and a fleet-wide and a domain budget over the seeded fleet,
+# far from spent: every claim checks them, none stops it (DESIGN §12, Budgets).
+BUDGETS = """
+INSERT INTO budgets (fleet, domain, cap_cents)
+SELECT 'other-' || i, NULL, 100 FROM generate_series(1, 998) AS i
+UNION ALL SELECT 'bench', NULL, 1000000000000
+UNION ALL SELECT 'bench', domain, 1000000000000 FROM (SELECT DISTINCT domain FROM work_units) AS d
+"""
+# What a window's database gets beside its backlog.
+EXTRA_SEED = {"http_claim_budget": BUDGETS}
 
 CONFIGS = {
     "http_claim": (
@@ -265,12 +293,26 @@ CONFIGS = {
         "2 requests, 2 commits: the same requests to a bare ASGI app running the "
         "hand-written claim CTE and finish statement (a pool as large as serve's)",
     ),
+    "http_claim_budget": (
+        "serve",
+        claim_finish_ops,
+        20_000,
+        "http_claim with 1,000 budgets defined, a fleet-wide and a domain one over the "
+        "claimed units (caps far from spent: every claim checks them, none stops it)",
+    ),
     "http_life": (
         "serve",
         life_ops,
         8_000,
         "5 requests, 5 commits: claim, start, cost, verify, dispose MIGRATED through serve; "
         "one token (agent) per worker",
+    ),
+    "http_life_by_model": (
+        "serve",
+        life_by_model_ops,
+        8_000,
+        "http_life with the cost record of a Claude Code result: model, four token counts, "
+        "estimated (http_life records cents alone)",
     ),
     "asgi_raw_life": (
         "bare",
@@ -291,6 +333,8 @@ async def one_window(
             seed = await asyncpg.connect(url)
             try:
                 await seed_ledger(seed, backlog)
+                if name in EXTRA_SEED:
+                    await seed.execute(EXTRA_SEED[name])
             finally:
                 await seed.close()
             async with app_process(kind, url, home) as app:

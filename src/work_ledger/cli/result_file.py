@@ -6,8 +6,13 @@ Two shapes are read:
   (`{"type": "result", "total_cost_usd": ..., "modelUsage": {"<model>": {...}}, ...}`): one
   cost record per model, `estimated` (Claude Code's dollars are list-price estimates), its
   tokens by class, cents = ceil(costUSD x 100) in decimal; `total_cost_usd` only when
-  `modelUsage` is absent (one record, no model).
-A bad file or field is reported and left out, never fatal: the command's work stands.
+  `modelUsage` is absent or empty (one record, no model). An error result (`is_error`:
+  max turns, an API error) is read the same, since its money was spent, and its error is
+  kept for the release's reason. With `--output-format stream-json` the file is JSON
+  lines; the last `result` line is read.
+The fixtures of tests/cli/fixtures/claude_code/ are real Claude Code output
+(scripts/claude_fixtures.py). A bad file or field is reported and left out, never fatal:
+the command's work stands.
 """
 
 from __future__ import annotations
@@ -31,10 +36,15 @@ TOKENS = {
 }
 
 
+# How much of Claude Code's error text a release reason carries.
+ERROR_CHARS = 500
+
+
 @dataclass(frozen=True)
 class Result:
     costs: list[CostRecord] = field(default_factory=list)
     evidence_url: str | None = None
+    error: str | None = None  # Claude Code's, when its result says is_error
 
 
 def _warn(text: str) -> None:
@@ -45,19 +55,54 @@ def read_result(path: Path) -> Result:
     """The cost records and evidence link of CMD's result file (none if it wrote none)."""
     if not path.is_file():
         return Result()
+    text = path.read_text(encoding="utf-8")
     try:
-        # Decimal, not float: 0.07 dollars x 100 is 7.000000000000001 as a float, 8 cents
-        # once rounded up.
-        data: Any = json.loads(path.read_text(encoding="utf-8") or "{}", parse_float=Decimal)
+        data: Any = _loads(text or "{}")
     except ValueError as exc:
-        _warn(f"WL_RESULT_FILE is not JSON ({exc}); ignoring it")
-        return Result()
+        data = _last_result_line(text)
+        if data is None:
+            _warn(f"WL_RESULT_FILE is not JSON ({exc}); ignoring it")
+            return Result()
     if not isinstance(data, dict):
         _warn("WL_RESULT_FILE must hold a JSON object; ignoring it")
         return Result()
     if data.get("type") == "result" and ("modelUsage" in data or "total_cost_usd" in data):
-        return Result(claude_costs(data))
+        return Result(claude_costs(data), error=claude_error(data))
     return _own(data)
+
+
+def _loads(text: str) -> Any:
+    # Decimal, not float: 0.07 dollars x 100 is 7.000000000000001 as a float, 8 cents
+    # once rounded up.
+    return json.loads(text, parse_float=Decimal)
+
+
+def _last_result_line(text: str) -> dict[str, Any] | None:
+    """The last `{"type": "result", ...}` line of JSON lines (stream-json), if any."""
+    found = None
+    for line in text.splitlines():
+        try:
+            data = _loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and data.get("type") == "result":
+            found = data
+    return found
+
+
+def claude_error(data: dict[str, Any]) -> str | None:
+    """What went wrong, for an error result (`is_error` true): its subtype and errors, or
+    its result text (an API error says it there); None for a result that is not one."""
+    if data.get("is_error") is not True:
+        return None
+    subtype = data.get("subtype")
+    errors = data.get("errors")
+    if isinstance(errors, list) and errors:
+        detail = "; ".join(str(e) for e in errors)
+    else:
+        detail = str(data.get("result") or "")
+    kind = f"Claude Code {subtype}" if subtype and subtype != "success" else "Claude Code"
+    return (f"{kind}: {detail}" if detail else kind)[:ERROR_CHARS]
 
 
 def _own(data: dict[str, Any]) -> Result:

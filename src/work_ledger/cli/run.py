@@ -12,8 +12,9 @@ WL_TOKEN is the agent's own token (`run` never falls back to the operator's), an
 not inherit WL_HOME, WL_SECRET, database URLs or passwords.
 
 CMD may write WL_RESULT_FILE as JSON: {"cost_cents": 123, "evidence_url": "https://..."},
-or Claude Code's own result (`claude -p ... --output-format json > "$WL_RESULT_FILE"`),
-recorded as one estimated cost record per model with its tokens (`cli/result_file.py`).
+or Claude Code's own result (`claude -p ... --output-format json > "$WL_RESULT_FILE"`, or
+stream-json lines), recorded as one estimated cost record per model with its tokens, an
+error result's money too, its error named in the release's reason (`cli/result_file.py`).
 When CMD ends, the cost (if any) is recorded; then exit status 0 verifies the unit with the
 evidence link (or leaves it in_progress when there is none) and a non-zero status releases
 it with outcome `failed`. SIGINT and SIGTERM are forwarded to CMD. If the claim is lost
@@ -129,6 +130,8 @@ def _settle(work: Work, status: int, result: Result) -> str:
     evidence = result.evidence_url
     if status != 0:
         why = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        if result.error:
+            why = f"{why} ({result.error})"
         work.release(outcome="failed", reason=f"command {why}")
         return f"released {work.unit.external_ref} (attempt failed: command {why})"
     if evidence:
