@@ -188,6 +188,10 @@ class ShapedWorkload(Workload):
         async def write(kind: str, path: str, body: dict[str, Any]) -> Op:
             return await self.write(http, agent, kind, path, body, rnd, headers)
 
+        if rnd.random() < 0.1:
+            # Holding nothing: a named claim of a parked, waiting or metered unit is refused
+            # by its own rule (one that succeeds is resumed by the pull-next below).
+            await self._named_claim(write, rnd)
         claim = await write("claim", "/units/claim", {"lease_seconds": self.lease_seconds})
         if not claim.acked or claim.response["unit"] is None:
             if claim.acked and rnd.random() < 0.3:
@@ -261,8 +265,12 @@ class ShapedWorkload(Workload):
         """A named claim of a unit the operator registered: a waiting one is a 409
         prerequisites_unfinished or attempt_limit_reached, a spent scope's budget_exhausted."""
         if self.refs:
-            metered = [r for r in self.refs[-60:] if "metered" in r or "lean" in r]
-            ref = rnd.choice(metered if metered and rnd.random() < 0.5 else self.refs)
+            recent = self.refs[-60:]
+            metered = [r for r in recent if "metered" in r or "lean" in r]
+            poison = [r for r in recent if "poison" in r]  # parked: attempt_limit_reached
+            roll = rnd.random()
+            pool = metered if roll < 0.4 else poison if roll < 0.7 else self.refs
+            ref = rnd.choice(pool or self.refs)
             await write("claim_named", f"/units/{ref}/claim", {"lease_seconds": self.lease_seconds})
 
 
