@@ -19,6 +19,8 @@ import pytest
 from work_ledger.db.connect import create_pool
 from work_ledger.db.store import Store
 from work_ledger.domain.model import Actor, Disposition, NewUnit
+from work_ledger.errors import Unavailable
+from work_ledger.service import shape
 from work_ledger.service.ledger import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
@@ -128,3 +130,23 @@ async def test_concurrent_batches_sharing_new_prerequisites_all_succeed(
     assert waiting == 0
     assert await raw.fetchval(_STRANDED_OR_MISCOUNTED) == 0
     assert await ledgers[0].audit() == []
+
+
+async def test_a_batch_that_keeps_losing_the_race_is_a_503_with_nothing_written(
+    ledger: Ledger, raw: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of runs (one here), the batch is a 503 (not a 409, which a key would keep and
+    replay): nothing of it is written, and the same request again succeeds."""
+    monkeypatch.setattr(shape, "RACED_TRIES", 1)
+    tx = raw.transaction()
+    await tx.start()
+    await raw.execute("INSERT INTO work_units (external_ref, fleet, domain) VALUES ('p', 'f', 'd')")
+    batch = [NewUnit("p", "f", "d"), NewUnit("dep", "f", "d", requires=("p",))]
+    attempt = asyncio.create_task(ledger.register(batch, OPERATOR))
+    await asyncio.sleep(0.3)
+    await tx.commit()
+    with pytest.raises(Unavailable, match="lost that race 1 times"):
+        await attempt
+    assert await raw.fetchval("SELECT count(*) FROM work_units WHERE external_ref = 'dep'") == 0
+    again = await ledger.register(batch, OPERATOR)
+    assert [(r.external_ref, r.created) for r in again] == [("p", False), ("dep", True)]

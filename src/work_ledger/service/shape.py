@@ -20,7 +20,13 @@ from work_ledger.db.store import Store
 from work_ledger.domain import shape
 from work_ledger.domain.input_rules import MAX_BATCH
 from work_ledger.domain.model import Actor, NewUnit, Registered, State, Unit
-from work_ledger.errors import ExternalRefTaken, InvalidInput, InvariantViolation, NotFound
+from work_ledger.errors import (
+    ExternalRefTaken,
+    InvalidInput,
+    InvariantViolation,
+    NotFound,
+    Unavailable,
+)
 from work_ledger.service.reads import LedgerReads
 
 # How many times a registration that raced a concurrent batch for one of its new units is
@@ -83,8 +89,16 @@ class ShapeWrites(LedgerReads):
             except InvariantViolation as exc:
                 # A concurrent batch registered one of ours after the statement's reading:
                 # it refused itself whole (0018). Run again: it now sees that unit.
-                if exc.invariant != "unit_registered_concurrently" or not tries_left:
+                if exc.invariant != "unit_registered_concurrently":
                     raise
+                if not tries_left:
+                    # Not a decided refusal (a 409 would be kept under the key and replayed):
+                    # a 503, and the same request again under the same key runs it anew.
+                    raise Unavailable(
+                        f"{exc.detail}: this batch lost that race {RACED_TRIES} times in a row "
+                        "and was rolled back whole; retry the same request (with the same "
+                        "Idempotency-Key)"
+                    ) from exc
         return [Registered(row["id"], row["external_ref"], row["created"]) for row in rows]
 
     async def split(
