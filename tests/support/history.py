@@ -292,9 +292,13 @@ def _check_claims(
 
 
 def _acked_leases(ops: list[Op]) -> dict[str, dt.datetime]:
-    """The latest lease expiry each attempt's holder was told, per attempt."""
+    """The lease expiry each attempt's holder was told last, per attempt. The last, not the
+    furthest: a heartbeat sets the lease to now + its lease_seconds, which may end sooner
+    than a longer lease granted before (a claim's or a heartbeat's lease_seconds 5, then
+    the agent's usual 3). An attempt's leasing writes come from its one holder, one at a
+    time, so the last answered is the last applied."""
     leases: dict[str, dt.datetime] = {}
-    for op in ops:
+    for op in sorted(ops, key=lambda o: o.ended):
         if op.kind not in LEASING or not op.acked or not isinstance(op.response, dict):
             continue
         unit = op.response.get("unit")
@@ -302,9 +306,7 @@ def _acked_leases(ops: list[Op]) -> dict[str, dt.datetime]:
         if not unit or not attempt or not unit.get("lease_expires_at"):
             continue
         attempt_id = attempt["id"] if "attempt_no" in attempt else attempt["attempt_id"]
-        expiry = dt.datetime.fromisoformat(unit["lease_expires_at"])
-        if attempt_id not in leases or leases[attempt_id] < expiry:
-            leases[attempt_id] = expiry
+        leases[attempt_id] = dt.datetime.fromisoformat(unit["lease_expires_at"])
     return leases
 
 
