@@ -25,7 +25,12 @@ from support.workload import UNKNOWN_OUTCOME, Op, Recorder
 
 # Writes whose response carries the lease of the attempt they name (a cost's may not).
 LEASING = frozenset({"claim", "claim_named", "heartbeat", "start", "unblock"})
-HOLDER_WRITES = frozenset({"transitioned", "released", "blocked", "heartbeat", "disposed"})
+HOLDER_WRITES = frozenset({"transitioned", "released", "blocked", "heartbeat", "disposed", "split"})
+# The shaped workload's operator (shaped_workload.py): it disposes units it does not hold,
+# waiting ones, or one a holder took meanwhile (an operator may dispose any unit).
+OPERATOR = "op"
+# Writes that leave no event of their own: their effects are checked by shape_history.py.
+UNEVENTFUL = frozenset({"register", "budget", "read"})
 
 
 @dataclass
@@ -106,6 +111,8 @@ def _signature(group: Group) -> tuple[Any, ...] | None:
     op, acked = group.first, group.acked
     body = op.body or {}
     kind = op.kind
+    if kind in UNEVENTFUL:
+        return None
     if kind in ("claim", "claim_named"):
         if acked is not None and acked.response["unit"] is None:
             return None  # an empty queue writes nothing
@@ -127,13 +134,29 @@ def _signature(group: Group) -> tuple[Any, ...] | None:
         return ("unblocked", body["question_id"])
     if kind == "dispose":
         return ("disposed", attempt)
+    if kind == "dispose_unit":  # an operator's disposal of a unit nobody holds
+        return ("disposed_unit", op.path.split("/")[2])
+    if kind == "split":
+        return ("split", attempt)
+    if kind == "waive":
+        return ("waived", op.path.split("/")[2], body["prerequisite"])
     raise AssertionError(f"no signature for {kind}")
 
 
 def _event_signature(event: asyncpg.Record) -> tuple[Any, ...] | None:
     kind, attempt = event["event_type"], str(event["attempt_id"])
+    if kind == "stale_reclaimed" and event["to_state"] == "waiting":
+        return None  # a claim parked a lapsed unit at its limit, then went on (or found none)
     if kind in ("claimed", "stale_reclaimed"):
         return ("claim", event["agent_id"])
+    if kind == "transitioned" and event["attempt_id"] is None:
+        return None  # waiting → ready as its last prerequisite finished, in that write
+    if kind == "disposed" and event["agent_id"] == OPERATOR:
+        return ("disposed_unit", str(event["unit_id"]))
+    if kind == "split":
+        return ("split", attempt)
+    if kind == "waived":
+        return ("waived", str(event["unit_id"]), event["detail"]["prerequisite_id"])
     if kind == "cost_recorded":
         return ("cost_recorded", attempt, event["cost_delta_cents"])
     if kind == "transitioned":
@@ -269,9 +292,13 @@ def _check_claims(
 
 
 def _acked_leases(ops: list[Op]) -> dict[str, dt.datetime]:
-    """The latest lease expiry each attempt's holder was told, per attempt."""
+    """The lease expiry each attempt's holder was told last, per attempt. The last, not the
+    furthest: a heartbeat sets the lease to now + its lease_seconds, which may end sooner
+    than a longer lease granted before (a claim's or a heartbeat's lease_seconds 5, then
+    the agent's usual 3). An attempt's leasing writes come from its one holder, one at a
+    time, so the last answered is the last applied."""
     leases: dict[str, dt.datetime] = {}
-    for op in ops:
+    for op in sorted(ops, key=lambda o: o.ended):
         if op.kind not in LEASING or not op.acked or not isinstance(op.response, dict):
             continue
         unit = op.response.get("unit")
@@ -279,9 +306,7 @@ def _acked_leases(ops: list[Op]) -> dict[str, dt.datetime]:
         if not unit or not attempt or not unit.get("lease_expires_at"):
             continue
         attempt_id = attempt["id"] if "attempt_no" in attempt else attempt["attempt_id"]
-        expiry = dt.datetime.fromisoformat(unit["lease_expires_at"])
-        if attempt_id not in leases or leases[attempt_id] < expiry:
-            leases[attempt_id] = expiry
+        leases[attempt_id] = dt.datetime.fromisoformat(unit["lease_expires_at"])
     return leases
 
 
@@ -319,11 +344,16 @@ def _check_holding(
                     f"{where}: reclaimed at {event['created_at']}, before the lease its holder "
                     f"was acknowledged until {leases[old]}"
                 )
-            holder[unit] = agent
+            # Parked at its attempt limit instead: nobody holds it.
+            holder[unit] = agent if event["to_state"] == "claimed" else None
             continue
-        if kind in HOLDER_WRITES and holder[unit] is not None and agent != holder[unit]:
+        if (
+            kind in HOLDER_WRITES
+            and holder[unit] is not None
+            and agent not in (holder[unit], OPERATOR)
+        ):
             report.violations.append(f"{where}: written by {agent} while {holder[unit]} held it")
-        if kind in ("released", "disposed") or (
+        if kind in ("released", "disposed", "split") or (
             kind == "transitioned" and event["to_state"] == "verified"
         ):
             holder[unit] = None

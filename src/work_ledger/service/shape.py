@@ -20,8 +20,18 @@ from work_ledger.db.store import Store
 from work_ledger.domain import shape
 from work_ledger.domain.input_rules import MAX_BATCH
 from work_ledger.domain.model import Actor, NewUnit, Registered, State, Unit
-from work_ledger.errors import ExternalRefTaken, InvalidInput, InvariantViolation, NotFound
+from work_ledger.errors import (
+    ExternalRefTaken,
+    InvalidInput,
+    InvariantViolation,
+    NotFound,
+    Unavailable,
+)
 from work_ledger.service.reads import LedgerReads
+
+# How many times a registration that raced a concurrent batch for one of its new units is
+# run in all (each run reads the ledger anew; a race needs a batch committing meanwhile).
+RACED_TRIES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,16 +82,24 @@ class ShapeWrites(LedgerReads):
             edges.keys,
             edges.key_ids,
         )
-        rows = await self._with_requirements("register_units", args)
-        created = [row["created"] for row in rows]
-        if any(row["id"] is None for row in rows):
-            # A concurrent batch inserted some of ours after our snapshot: run again, it is
-            # idempotent and now sees them. What the first run created stays `created`.
-            rows = await self._with_requirements("register_units", args)
-        return [
-            Registered(row["id"], row["external_ref"], row["created"] or first)
-            for row, first in zip(rows, created, strict=True)
-        ]
+        for tries_left in range(RACED_TRIES - 1, -1, -1):
+            try:
+                rows = await self._with_requirements("register_units", args)
+                break
+            except InvariantViolation as exc:
+                # A concurrent batch registered one of ours after the statement's reading:
+                # it refused itself whole (0018). Run again: it now sees that unit.
+                if exc.invariant != "unit_registered_concurrently":
+                    raise
+                if not tries_left:
+                    # Not a decided refusal (a 409 would be kept under the key and replayed):
+                    # a 503, and the same request again under the same key runs it anew.
+                    raise Unavailable(
+                        f"{exc.detail}: this batch lost that race {RACED_TRIES} times in a row "
+                        "and was rolled back whole; retry the same request (with the same "
+                        "Idempotency-Key)"
+                    ) from exc
+        return [Registered(row["id"], row["external_ref"], row["created"]) for row in rows]
 
     async def split(
         self,

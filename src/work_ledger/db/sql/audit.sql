@@ -111,7 +111,9 @@ WITH transitions AS (
     WHERE f.n >= a.allowed
     UNION ALL
     -- Spend a claim could not have seen (READ COMMITTED: a cost record committing while the
-    -- claim's statement ran) is given 5 seconds' grace; docs/work-shape.md.
+    -- claim's statement ran) is given 5 seconds' grace; docs/work-shape.md. So is a cap
+    -- raised in the 5 seconds after the claim's transaction began (its created_at): the
+    -- claim statement reads the budget later than that, and may have read the raised cap.
     SELECT c.unit_id, 'claim_within_budget',
            format('claim event %s in fleet %s%s while %s of a %s cent cap was spent',
                   c.id, c.fleet, coalesce(', domain ' || cap.domain, ''), spent.cents,
@@ -122,7 +124,13 @@ WITH transitions AS (
         FROM budget_caps AS k
         WHERE k.fleet = c.fleet AND (k.domain IS NULL OR k.domain = c.domain)
           AND k.set_at <= c.created_at
-        ORDER BY k.domain, k.set_at DESC, k.id DESC) AS cap
+        ORDER BY k.domain, k.set_at DESC, k.id DESC) AS in_force
+    CROSS JOIN LATERAL (
+        SELECT in_force.domain, greatest(in_force.cap_cents, max(k.cap_cents)) AS cap_cents
+        FROM budget_caps AS k
+        WHERE k.fleet = c.fleet AND k.domain IS NOT DISTINCT FROM in_force.domain
+          AND k.set_at > c.created_at
+          AND k.set_at <= c.created_at + interval '5 seconds') AS cap
     CROSS JOIN LATERAL (
         SELECT coalesce(sum(e.cost_delta_cents), 0) AS cents
         FROM work_unit_events AS e JOIN work_units AS s ON s.id = e.unit_id

@@ -62,8 +62,10 @@ WITH input AS (
     INSERT INTO work_unit_events (unit_id, event_type, to_state, agent_id)
     SELECT id, 'registered', state, $5 FROM inserted
 )
-SELECT coalesce(n.id, u.id) AS id, i.external_ref, n.id IS NOT NULL AS created,
-       NULL::text AS unknown, i.ord
+-- A ref neither inserted here nor seen at the start: a concurrent batch registered it
+-- meanwhile, after our reading; the statement refuses itself whole (0018), to be run again.
+SELECT coalesce(n.id, u.id, wl_refuse_raced_registration(i.external_ref)) AS id,
+       i.external_ref, n.id IS NOT NULL AS created, NULL::text AS unknown, i.ord
 FROM input AS i
 LEFT JOIN inserted AS n ON n.external_ref = i.external_ref
 LEFT JOIN work_units AS u ON u.external_ref = i.external_ref
