@@ -53,7 +53,8 @@ def _turn(ports: range) -> Iterator[int]:
 # The HA suite's servers (a cluster is ten) take their ports between the workers' blocks and
 # the ephemeral range, clear of the servers of any other test run on the machine: one run
 # under -n 0 shares block 0 with every other such run, and a server of theirs that took
-# our port would answer our /readyz. Each worker starts its turn at a share of its own.
+# our port would answer our /readyz. Each worker starts its turn at a random place in a share
+# of its own, so two runs' workers of the same name do not walk it in step either.
 HA_BLOCK = range(FIRST + BLOCK * BLOCKS, 32_700)
 _ha_candidates: Iterator[int] | None = None
 
@@ -64,7 +65,7 @@ def free_ha_port() -> int:
     if _ha_candidates is None:
         share = len(HA_BLOCK) // BLOCKS
         start = worker_block(os.environ.get("PYTEST_XDIST_WORKER")).start
-        offset = (start - FIRST) // BLOCK * share
+        offset = (start - FIRST) // BLOCK * share + random.randrange(share)  # not in step
         ports = [*HA_BLOCK[offset:], *HA_BLOCK[:offset]]
         _ha_candidates = itertools.cycle(ports)
     return _first_free(_ha_candidates, len(HA_BLOCK))
