@@ -1,7 +1,9 @@
 """Shared fixtures: a real PostgreSQL for the whole session, a fresh database per test.
 
 The server is WL_TEST_DATABASE_URL (any PostgreSQL 15+; the URL of a database whose user
-may CREATE DATABASE) or, by default, an embedded server in a temporary directory. One
+may CREATE DATABASE, on a server that checks the passwords of other roles, as the reader
+tests expect) or, by default, an embedded server in a temporary directory
+(scripts/pg-matrix makes such an external server from a PostgreSQL bin directory). One
 migrated template database is built per session; each test gets its own copy of it.
 """
 

@@ -71,7 +71,7 @@ async def start_replicas(database_url: str, tmp_path: Path) -> AsyncIterator[Sta
             batch.append(server)
             server.spawn()
         for server in batch:
-            await server.wait_ready()
+            await server.wait_ready_or_move()
         return batch
 
     yield start

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from support.ports import free_port
 from work_ledger.db.connect import create_pool
@@ -47,6 +48,29 @@ def ledger_env(database_url: str, home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+class PortTaken(AssertionError):
+    def __init__(self, port: int, log: str) -> None:
+        super().__init__(
+            f"/readyz on port {port} was answered by another process (another test run's "
+            f"server took the port before ours bound it); our server's log:\n{log}"
+        )
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process `pid` (or a child of it) listens on TCP `port`."""
+    try:
+        main = psutil.Process(pid)
+        processes = [main, *main.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return False
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for conn in process.net_connections(kind="tcp"):
+                if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+                    return True
+    return False
+
+
 @dataclass
 class Served:
     """One `work-ledger serve` child process, restartable on the same port."""
@@ -63,8 +87,25 @@ class Served:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> None:
-        """Start the server and wait until /readyz answers 200."""
+        """Start the server and wait until /readyz answers 200. A first start whose port
+        another run's server took moves to another port; a restart (same port) fails."""
+        first = self.starts == 0
         self.spawn()
+        await self.wait_ready_or_move(may_move=first)
+
+    async def wait_ready_or_move(self, *, may_move: bool = True) -> None:
+        """`wait_ready`; if another run's server took the port, start again on another
+        port (up to three times), or fail when the port must stay (`may_move=False`)."""
+        for _ in range(3):
+            try:
+                await self.wait_ready()
+                return
+            except PortTaken:
+                self.stop()
+                if not may_move:
+                    raise
+                self.port = free_port()
+                self.spawn()
         await self.wait_ready()
 
     def spawn(self) -> None:
@@ -78,7 +119,12 @@ class Served:
             )
 
     async def wait_ready(self, within: float = START_TIMEOUT) -> float:
-        """Seconds until /readyz answered 200 (fails if the process died or time ran out)."""
+        """Seconds until /readyz answered 200 (fails if the process died or time ran out).
+
+        The 200 must come from this process: other test runs on the machine hand out the
+        same ports (support/ports.py), and one of their servers may have bound ours between
+        the check that it was free and our bind. Our requests would then reach a ledger that
+        knows none of our tokens (a burst of 401s)."""
         started = time.monotonic()
         async with httpx.AsyncClient(base_url=self.url, timeout=3) as client:
             while time.monotonic() - started < within:
@@ -86,6 +132,8 @@ class Served:
                 assert self.proc.poll() is None, self.log_tail()
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get("/readyz")).status_code == 200:
+                        if not listens_on(self.proc.pid, self.port):
+                            raise PortTaken(self.port, self.log_tail())
                         return time.monotonic() - started
                 await asyncio.sleep(0.1)
         raise AssertionError(f"serve was not ready within {within}s\n{self.log_tail()}")
