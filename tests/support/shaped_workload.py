@@ -26,11 +26,11 @@ import random
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
-from support.workload import Op, Workload, _dispose, _to
+from support.workload import Op, Workload, _to
 
 MODELS = ("claude-opus-4", "claude-sonnet-4", "claude-haiku-4")
 POISON_REASON = "the legacy build segfaults in this unit"
@@ -45,6 +45,9 @@ class ShapedWorkload(Workload):
     waves: int = 0
     max_waves: int = 10_000
     split_parents: set[str] = field(default_factory=set)
+    MIGRATED_BELOW: ClassVar[float] = 0.72
+    RELEASED_BELOW: ClassVar[float] = 0.9
+    DROPPED_BELOW: ClassVar[float] = 0.96
     answered: Counter[str] = field(default_factory=Counter)  # park answers acked, per unit
     refs: list[str] = field(default_factory=list)  # every ref the operator registered
     counts: Counter[str] = field(default_factory=Counter)
@@ -241,25 +244,8 @@ class ShapedWorkload(Workload):
             return "lost"
         return await self._finish(write, uid, aid, rnd)
 
-    async def _finish(self, write: Any, uid: str, aid: str, rnd: random.Random) -> str:
-        roll = rnd.random()
-        if roll < 0.72 or uid in self.split_parents:
-            evidence = f"https://ci.example/runs/{aid}"
-            verified = await write(
-                "verify",
-                f"/units/{uid}/transition",
-                {"to": "verified", "evidence_url": evidence, "attempt_id": aid},
-            )
-            if verified.acked:
-                await write("dispose", f"/units/{uid}/dispose", _dispose("MIGRATED", aid))
-        elif roll < 0.9:
-            outcome = rnd.choice(["failed", "abandoned"])
-            body = {"to": "ready", "outcome": outcome, "attempt_id": aid, "reason": "flaky"}
-            await write("release", f"/units/{uid}/transition", body)
-        else:
-            disposition = "DROPPED" if roll < 0.96 else "DEAD"
-            await write("dispose", f"/units/{uid}/dispose", _dispose(disposition, aid))
-        return "done"
+    def _must_migrate(self, uid: str) -> bool:
+        return uid in self.split_parents
 
     async def _named_claim(self, write: Any, rnd: random.Random) -> None:
         """A named claim of a unit the operator registered: a waiting one is a 409

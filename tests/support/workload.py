@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -157,6 +157,11 @@ class Workload:
     doomed: set[str] = field(default_factory=set)  # agents that die on their first unit
     # Each worker's transport by index (agents, then triage); None: httpx's default, to `url`.
     transport: Callable[[int], httpx.AsyncBaseTransport] | None = None
+    # How a held unit ends, by one roll: MIGRATED below the first, released below the
+    # second, DROPPED below the third, DEAD above it.
+    MIGRATED_BELOW: ClassVar[float] = 0.6
+    RELEASED_BELOW: ClassVar[float] = 0.8
+    DROPPED_BELOW: ClassVar[float] = 0.9
 
     def _http(self, token: str, index: int) -> httpx.AsyncClient:
         """The HTTP client of the `index`th worker (its own transport, when one is given)."""
@@ -307,9 +312,13 @@ class Workload:
                 return True
         return False
 
+    def _must_migrate(self, uid: str) -> bool:
+        """Whether this unit ends MIGRATED whatever the roll (a split parent, for one)."""
+        return False
+
     async def _finish(self, write: Any, uid: str, aid: str, rnd: random.Random) -> str:
         roll = rnd.random()
-        if roll < 0.6:
+        if roll < self.MIGRATED_BELOW or self._must_migrate(uid):
             evidence = f"https://ci.example/runs/{aid}"
             verified = await write(
                 "verify",
@@ -318,14 +327,13 @@ class Workload:
             )
             if verified.acked:
                 await write("dispose", f"/units/{uid}/dispose", _dispose("MIGRATED", aid))
-        elif roll < 0.8:
+        elif roll < self.RELEASED_BELOW:
             outcome = rnd.choice(["failed", "abandoned"])
             body = {"to": "ready", "outcome": outcome, "attempt_id": aid, "reason": "flaky"}
             await write("release", f"/units/{uid}/transition", body)
         else:
-            await write(
-                "dispose", f"/units/{uid}/dispose", _dispose(rnd.choice(["DROPPED", "DEAD"]), aid)
-            )
+            disposition = "DROPPED" if roll < self.DROPPED_BELOW else "DEAD"
+            await write("dispose", f"/units/{uid}/dispose", _dispose(disposition, aid))
         return "done"
 
     async def _refused_write(self, write: Any, uid: str, aid: str, rnd: random.Random) -> None:
