@@ -151,6 +151,20 @@ async def app_process(kind: str, url: str, home: Path) -> AsyncIterator[AppProce
         log.close()
 
 
+async def mint_token(url: str, home: Path, role: str, principal: str) -> str:
+    """A token, minted the documented way (`work-ledger token create`)."""
+    env = dict(os.environ, WL_DATABASE_URL=url, WL_HOME=str(home), WL_SECRET=SECRET)
+    cli = str(Path(sys.executable).with_name("work-ledger"))
+    proc = await asyncio.create_subprocess_exec(
+        cli, "token", "create", "--role", role, "--principal", principal,
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"work-ledger token create exited {proc.returncode}")
+    return out.decode().strip().splitlines()[-1]
+
+
 async def build_token_template(server: Server, agents: int, home: Path) -> list[str]:
     """A migrated template database holding one agent token per worker.
 
@@ -169,16 +183,7 @@ async def build_token_template(server: Server, agents: int, home: Path) -> list[
         await admin.close()
     url = with_database(server.admin_url, TEMPLATE)
     await migrate_database(url)
-    env = dict(os.environ, WL_DATABASE_URL=url, WL_HOME=str(home), WL_SECRET=SECRET)
-    cli = str(Path(sys.executable).with_name("work-ledger"))
-    proc = await asyncio.create_subprocess_exec(
-        cli, "token", "create", "--role", "agent", "--principal", "bench-agent-0",
-        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    out, _ = await proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"work-ledger token create exited {proc.returncode}")
-    tokens = [out.decode().strip().splitlines()[-1]]
+    tokens = [await mint_token(url, home, "agent", "bench-agent-0")]
     pool = await create_pool(url, min_size=1, max_size=1)
     try:
         store = TokenStore(Store(pool), SECRET.encode())

@@ -23,17 +23,15 @@ import asyncio
 import atexit
 import datetime as dt
 import json
-import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.harness import load_average, start_embedded
-from bench.httpbench import SECRET, MiniHttp, app_process
+from bench.httpbench import MiniHttp, app_process, mint_token
 from work_ledger.db.connect import ensure_database, with_database
 from work_ledger.runtime import migrate_database
 
@@ -56,20 +54,6 @@ def edged_batch(tag: str, lib: int) -> list[dict[str, Any]]:
             {"external_ref": f"{tag}-{i}", "fleet": "f", "domain": "edges", "requires": requires}
         )
     return units
-
-
-async def operator_token(url: str, home: Path) -> str:
-    """An operator token, minted the documented way (`work-ledger token create`)."""
-    env = dict(os.environ, WL_DATABASE_URL=url, WL_HOME=str(home), WL_SECRET=SECRET)
-    cli = str(Path(sys.executable).with_name("work-ledger"))
-    proc = await asyncio.create_subprocess_exec(
-        cli, "token", "create", "--role", "operator", "--principal", "bench-operator",
-        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    out, _ = await proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"work-ledger token create exited {proc.returncode}")
-    return out.decode().strip().splitlines()[-1]
 
 
 async def post_batch(http: MiniHttp, units: list[dict[str, Any]]) -> float:
@@ -107,7 +91,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     await ensure_database(admin, "register")
     url = with_database(admin, "register")
     await migrate_database(url)
-    token = await operator_token(url, home)
+    token = await mint_token(url, home, "operator", "bench-operator")
     result: dict[str, Any] = {
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "units": args.units,
