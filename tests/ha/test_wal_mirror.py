@@ -20,9 +20,15 @@ from work_ledger.service.tokens import Role
 
 
 def _kill_server(pgdata_pid: int) -> None:
-    """SIGKILL the postmaster and its children: the disk under them is gone."""
-    main = psutil.Process(pgdata_pid)
-    for process in [main, *main.children(recursive=True)]:
+    """SIGKILL the postmaster and its children: the disk under them is gone. It may have
+    shut down by itself already: once a minute the postmaster checks that its lock file
+    (postmaster.pid) is still there, and shuts down when it is not."""
+    try:
+        main = psutil.Process(pgdata_pid)
+        processes = [main, *main.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for process in processes:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.send_signal(signal.SIGKILL)
 
