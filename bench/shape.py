@@ -66,13 +66,16 @@ UNION ALL VALUES ('fleet-a', NULL, 1000000000), ('fleet-a', 'd1', 1000000000)
 """
 
 
-# The spend trigger of migration 0011 with `shards` rows per scope (16 there).
+# The spend trigger of migration 0020 with `shards` rows per scope (16 there).
 SPEND_SHARDS = """
 CREATE OR REPLACE FUNCTION wl_add_scope_spend() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO scope_spend AS s (fleet, domain, shard, cents)
     VALUES (NEW.fleet, NEW.domain, pg_backend_pid() % {shards}, NEW.cost_cents - OLD.cost_cents)
     ON CONFLICT (fleet, domain, shard) DO UPDATE SET cents = s.cents + EXCLUDED.cents;
+    INSERT INTO fleet_spend AS f (fleet, shard, cents)
+    VALUES (NEW.fleet, pg_backend_pid() % {shards}, NEW.cost_cents - OLD.cost_cents)
+    ON CONFLICT (fleet, shard) DO UPDATE SET cents = f.cents + EXCLUDED.cents;
     RETURN NULL;
 END $$
 """
