@@ -79,24 +79,45 @@ ORDER BY ord;
 -- agent holds no live claim and no lease has lapsed (in the domain asked), the oldest ready
 -- unit is claimed, as claim_unit would claim it, with half its plan. Otherwise nothing is
 -- claimed and one row says `full`: resume and reclaim come first, so claim_unit must run.
--- A unit whose fleet's or domain's budget is spent is skipped (wl_spent_budgets, 0020:
--- inlined here, so each candidate row costs two index lookups, not three function calls).
+-- A unit whose fleet's or domain's budget is spent is skipped (wl_spent_budgets, 0020).
+-- The budgets are asked once, of the oldest ready unit this statement could lock (`head`),
+-- after locking it: a filter in the scan would ask them of every unit that SKIP LOCKED
+-- then skips, one per claim in flight. Only when the head's scope is spent does a second
+-- scan ask each candidate (`past_spent`), and the head stays locked until this commits.
 WITH full_claim AS (
     SELECT EXISTS (SELECT 1 FROM work_units
                    WHERE claimed_by = $1 AND state IN ('claimed', 'in_progress'))
         OR EXISTS (SELECT 1 FROM work_units
                    WHERE lease_expires_at < now() AND ($2::text IS NULL OR domain = $2)) AS needed
 ), fresh AS (
-    SELECT id FROM work_units
+    SELECT id, fleet, domain FROM work_units
     WHERE $2::text IS NULL AND state = 'ready' AND NOT (SELECT needed FROM full_claim)
-      AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
     ORDER BY created_at, id
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
 ), fresh_in_domain AS (
-    SELECT id FROM work_units
+    SELECT id, fleet, domain FROM work_units
     WHERE $2::text IS NOT NULL AND domain = $2 AND state = 'ready'
       AND NOT (SELECT needed FROM full_claim)
+    ORDER BY domain, created_at, id
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
+), head AS (
+    SELECT * FROM fresh UNION ALL SELECT * FROM fresh_in_domain
+), head_open AS (
+    SELECT h.id FROM head AS h WHERE NOT EXISTS (SELECT FROM wl_spent_budgets(h.fleet, h.domain))
+), past_spent AS (
+    SELECT id FROM work_units
+    WHERE $2::text IS NULL AND state = 'ready'
+      AND EXISTS (SELECT 1 FROM head) AND NOT EXISTS (SELECT 1 FROM head_open)
+      AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
+    ORDER BY created_at, id
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
+), past_spent_in_domain AS (
+    SELECT id FROM work_units
+    WHERE $2::text IS NOT NULL AND domain = $2 AND state = 'ready'
+      AND EXISTS (SELECT 1 FROM head) AND NOT EXISTS (SELECT 1 FROM head_open)
       AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
     ORDER BY domain, created_at, id
     LIMIT 1
@@ -106,7 +127,8 @@ WITH full_claim AS (
     SET state = 'claimed', claimed_by = $1, attempt_count = u.attempt_count + 1,
         lease_expires_at = now() + make_interval(secs => $3), last_heartbeat_at = now()
     -- The scalar lookup keeps even a cached generic plan on the primary key.
-    WHERE u.id = (SELECT id FROM fresh UNION ALL SELECT id FROM fresh_in_domain)
+    WHERE u.id = (SELECT id FROM head_open UNION ALL SELECT id FROM past_spent
+                  UNION ALL SELECT id FROM past_spent_in_domain)
     RETURNING u AS unit
 ), attempt AS (
     INSERT INTO work_unit_attempts (unit_id, attempt_no, agent_id)
