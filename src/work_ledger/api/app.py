@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import structlog
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
@@ -49,6 +50,8 @@ from work_ledger.service.tokens import (
     load_secret,
     write_private,
 )
+
+log = structlog.get_logger("work_ledger.api")
 
 EXPIRE_EVERY_SECONDS = 600.0
 # How serve folds the read summaries' change rows (migration 0017): each second when at
@@ -93,10 +96,15 @@ async def _guard_tokens(app: FastAPI, tokens: TokenStore, settings: Settings, ho
         )
 
 
+# The two housekeeping loops go on after a failure (the database away a moment, a
+# failover): the next round tries again. Each failure is logged, since nothing else would
+# tell: idempotency keys kept past their expiry, or views exact but slower to read.
 async def _expire_idempotency(store: IdempotencyStore) -> None:
     while True:
-        with contextlib.suppress(Exception):
+        try:
             await store.expire()
+        except Exception as exc:
+            log.warning("idempotency_expiry_failed", error=f"{type(exc).__name__}: {exc}")
         await asyncio.sleep(EXPIRE_EVERY_SECONDS)
 
 
@@ -106,8 +114,10 @@ async def _fold_read_summaries(ledger: Ledger) -> None:
         await asyncio.sleep(FOLD_EVERY_SECONDS)
         tick += 1
         least = 0 if tick % FOLD_ALWAYS_TICKS == 0 else FOLD_MIN_ROWS
-        with contextlib.suppress(Exception):
+        try:
             await ledger.store.fetchrow("fold_read_summaries", least)
+        except Exception as exc:
+            log.warning("read_summary_fold_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def create_app(
