@@ -303,6 +303,7 @@ def main() -> None:
     parser.add_argument("--through", type=int, default=10_000, help="last migration applied")
     parser.add_argument("--label", default="run")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--windows", type=int, default=6, help="`write`: concurrent windows")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.step == "table":
@@ -322,7 +323,7 @@ def main() -> None:
     elif args.step == "write":
         from bench.readside_write import measure_write
 
-        result = asyncio.run(measure_write(url))
+        result = asyncio.run(measure_write(url, windows=args.windows))
     else:
         result = asyncio.run(time_reads(url, label=args.label, reps=args.reps))
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
