@@ -1,4 +1,4 @@
--- Budgets decided at a seventh of the cost (issue 29). The claim statements filter each
+-- Budgets decided at a tenth of the cost (issue 29). The claim statements filter each
 -- candidate unit on wl_budget_open(fleet, domain), which 0011 wrote as SQL functions
 -- calling SQL functions: a scalar function whose body holds a subquery is never inlined,
 -- so every candidate row ran three function executions, and a fleet-wide budget summed
@@ -11,7 +11,7 @@
 -- - wl_spent_budgets(fleet, domain) is a set-returning SQL function, which the planner
 --   inlines where a query calls it (FROM of a subquery): the budgets over that scope whose
 --   spend has reached their cap, each found by its unique index and summing 16 rows. The
---   claim statements ask NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain)): 9.8 us
+--   claim statements ask NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain)): 6.4 us
 --   per row on the same data, planned with the statement (and cached with it).
 -- - wl_budget_open keeps its name and meaning on top of it, for any caller (an older
 --   `serve` during a rolling upgrade runs its own claim SQL, which calls it).
