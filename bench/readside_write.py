@@ -24,7 +24,7 @@ and the seeded backlog's change rows are folded then: they are the registration'
 lives'.
 
 Two figures, the databases taken in turn in small slices so that load from elsewhere on
-this shared machine falls on all three alike:
+this shared machine falls on all of them alike:
 
 - serial: one connection per database, CHUNK lives at a time, round-robin for `rounds`
   rounds; each backend's CPU (from /proc, so the server must run on this machine) and wall
