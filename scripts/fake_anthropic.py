@@ -76,35 +76,10 @@ AGENT_CALL = {
 }
 
 
-def text_block(index: int) -> list[bytes]:
-    words = REPLY.split(" ")
-    deltas = [w if i == 0 else " " + w for i, w in enumerate(words)]
-    start = {
-        "type": "content_block_start",
-        "index": index,
-        "content_block": {"type": "text", "text": ""},
-    }
-    return [
-        sse("content_block_start", start),
-        *(
-            sse(
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {"type": "text_delta", "text": d},
-                },
-            )
-            for d in deltas
-        ),
-        sse("content_block_stop", {"type": "content_block_stop", "index": index}),
-    ]
-
-
-def tool_block(index: int, tool_id: str) -> list[bytes]:
-    block = {"type": "tool_use", "id": tool_id, "name": "Agent", "input": {}}
-    partial = json.dumps(AGENT_CALL)
-    halves = [partial[: len(partial) // 2], partial[len(partial) // 2 :]]
+def _block(
+    index: int, block: dict[str, Any], delta_type: str, key: str, parts: list[str]
+) -> list[bytes]:
+    """One content block as the API streams it: its start, a delta per part, its stop."""
     return [
         sse(
             "content_block_start",
@@ -116,13 +91,26 @@ def tool_block(index: int, tool_id: str) -> list[bytes]:
                 {
                     "type": "content_block_delta",
                     "index": index,
-                    "delta": {"type": "input_json_delta", "partial_json": h},
+                    "delta": {"type": delta_type, key: part},
                 },
             )
-            for h in halves
+            for part in parts
         ),
         sse("content_block_stop", {"type": "content_block_stop", "index": index}),
     ]
+
+
+def text_block(index: int) -> list[bytes]:
+    words = REPLY.split(" ")
+    deltas = [w if i == 0 else " " + w for i, w in enumerate(words)]
+    return _block(index, {"type": "text", "text": ""}, "text_delta", "text", deltas)
+
+
+def tool_block(index: int, tool_id: str) -> list[bytes]:
+    block = {"type": "tool_use", "id": tool_id, "name": "Agent", "input": {}}
+    partial = json.dumps(AGENT_CALL)
+    halves = [partial[: len(partial) // 2], partial[len(partial) // 2 :]]
+    return _block(index, block, "input_json_delta", "partial_json", halves)
 
 
 def stream_events(model: str, call_agent: bool = False) -> list[bytes]:

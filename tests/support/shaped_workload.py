@@ -160,28 +160,18 @@ class ShapedWorkload(Workload):
 
     # -- triage: answers the ledger's questions too, twice per unit -------------------------
 
-    async def _triage(self) -> None:
-        rnd = random.Random(self.seed)
-        async with self._http(self.triage, len(self.agents)) as http:
-            while not self.stop.is_set():
-                page = await self.recorder.call(
-                    http, "triage", "read", "GET", "/questions?status=open&wait_seconds=1"
-                )
-                if not page.acked:
-                    await asyncio.sleep(0.2)
-                    continue
-                for question in page.response["items"]:
-                    unit = question["unit_id"]
-                    parked = question["asked_by"] == "work-ledger"
-                    if parked and self.answered[unit] >= ANSWERS_PER_PARKED_UNIT:
-                        continue  # the operator disposes it
-                    answer = "try once more, with the new toolchain"
-                    body = {"answer": answer, "question_id": question["id"]}
-                    op = await self.write(
-                        http, "triage", "unblock", f"/units/{unit}/unblock", body, rnd, {}
-                    )
-                    if parked and op.acked:
-                        self.answered[unit] += 1
+    async def _answer(
+        self, http: httpx.AsyncClient, question: dict[str, Any], rnd: random.Random
+    ) -> None:
+        unit = question["unit_id"]
+        parked = question["asked_by"] == "work-ledger"
+        if parked and self.answered[unit] >= ANSWERS_PER_PARKED_UNIT:
+            return  # the operator disposes it
+        answer = "try once more, with the new toolchain"
+        body = {"answer": answer, "question_id": question["id"]}
+        op = await self.write(http, "triage", "unblock", f"/units/{unit}/unblock", body, rnd, {})
+        if parked and op.acked:
+            self.answered[unit] += 1
 
     # -- an agent's unit --------------------------------------------------------------------
 

@@ -365,16 +365,15 @@ class Workload:
                     await asyncio.sleep(0.2)
                     continue
                 for question in page.response["items"]:
-                    body = {"answer": "UTF-8; carry on ☃", "question_id": question["id"]}
-                    await self.write(
-                        http,
-                        "triage",
-                        "unblock",
-                        f"/units/{question['unit_id']}/unblock",
-                        body,
-                        rnd,
-                        {},
-                    )
+                    await self._answer(http, question, rnd)
+
+    async def _answer(
+        self, http: httpx.AsyncClient, question: dict[str, Any], rnd: random.Random
+    ) -> None:
+        body = {"answer": "UTF-8; carry on ☃", "question_id": question["id"]}
+        await self.write(
+            http, "triage", "unblock", f"/units/{question['unit_id']}/unblock", body, rnd, {}
+        )
 
 
 def _to(state: str, attempt_id: str) -> dict[str, Any]:
