@@ -18,9 +18,9 @@ that a life runs need them.
 
 The folds' cost is counted: the serial connection folds every FOLD_EVERY_LIVES lives
 (inside its measured CPU), and during a concurrent window a folder connection folds every
-FOLD_SECONDS beside the workers (as `serve` does; see _concurrent). Each database has WARM_LIVES lives and a VACUUM ANALYZE before anything is measured,
-and the seeded backlog's change rows are folded then: they are the registration's, not the
-lives'.
+FOLD_SECONDS beside the workers (as `serve` does; see _concurrent). Each database has
+WARM_LIVES lives and a VACUUM ANALYZE before anything is measured, and the seeded
+backlog's change rows are folded then: they are the registration's, not the lives'.
 
 Two figures, the databases taken in turn in small slices so that load from elsewhere on
 this shared machine falls on all of them alike:
