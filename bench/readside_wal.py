@@ -54,7 +54,11 @@ async def _window(conns: list[Any], folder: Any, probe: Any) -> dict[str, Any]:
     )
     return {
         "lives_per_s": round(rate, 1),
-        "wal_kb_per_life": round(total / lives / 1024, 2),
+        # The server's WAL includes other databases' (autovacuum of earlier runs, say).
+        "server_wal_kb_per_life": round(total / lives / 1024, 2),
+        "database_wal_kb_per_life": round(
+            sum(float(r["bytes"] or 0) for r in rows) / lives / 1024, 2
+        ),
         "fpi_kb_per_life": round(sum(float(r["fpi_bytes"]) for r in rows) / lives / 1024, 2),
         "relations": per[:TOP],
     }
