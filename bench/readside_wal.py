@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
+
 from bench.readside_write import FOLDED, TRIGGERS, VARIANTS, WARM_SECONDS, _concurrent, _fresh
 from work_ledger.db.connect import connect
 
@@ -34,7 +36,11 @@ GROUP BY 1
 """
 
 
-async def _window(conns: list[Any], folder: Any, probe: Any) -> dict[str, Any]:
+async def _window(
+    conns: list[asyncpg.Connection],
+    folder: asyncpg.Connection | None,
+    probe: asyncpg.Connection,
+) -> dict[str, Any]:
     start = await probe.fetchval("SELECT pg_current_wal_lsn()")
     rate = await _concurrent(conns, WINDOW_SECONDS, folder)
     end = await probe.fetchval("SELECT pg_current_wal_lsn()")
