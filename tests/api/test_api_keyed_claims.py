@@ -11,9 +11,11 @@ from support.api_support import Api, register
 from work_ledger.api.longpoll import Notifier
 from work_ledger.service.tokens import Role
 
+# This test's database only: under xdist the other workers' tests run on the same server,
+# and their serves name themselves 'work-ledger' too.
 WAITING_ON_A_LOCK = (
-    "SELECT pid FROM pg_stat_activity WHERE application_name = 'work-ledger' "
-    "AND wait_event_type = 'Lock' ORDER BY query_start"
+    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+    "AND application_name = 'work-ledger' AND wait_event_type = 'Lock' ORDER BY query_start"
 )
 
 
@@ -76,8 +78,8 @@ async def test_long_poll_holds_no_reservation_while_it_waits(
             return False
         keys = await raw.fetchval("SELECT count(*) FROM wl_idempotency_keys")
         in_tx = await raw.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'work-ledger' "
-            "AND state LIKE 'idle in transaction%'"
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'work-ledger' AND state LIKE 'idle in transaction%'"
         )
         return bool(keys == 0 and in_tx == 0)
 

@@ -86,9 +86,10 @@ async def _orphaned_reservations(raw: asyncpg.Connection) -> list[str]:
     return [r["key"] for r in rows]
 
 
+# This test's database only: the other xdist workers' serves share the server and its name.
 WAITING_ON_A_LOCK = (
-    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'work-ledger' "
-    "AND wait_event_type = 'Lock'"
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+    "AND application_name = 'work-ledger' AND wait_event_type = 'Lock'"
 )
 RETRY_BOUND_SECONDS = 10.0  # expected well under a second; the old takeover took 30 s
 
