@@ -23,7 +23,7 @@ from structlog.testing import capture_logs
 from work_ledger.api import access_log, body_limit, problems, schemas, wire
 from work_ledger.api import metrics as api_metrics
 from work_ledger.api.app import create_app
-from work_ledger.api.collectors import LedgerMetrics, MetricsMiddleware
+from work_ledger.api.collectors import LedgerMetrics
 from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.api.routes import attempts
 from work_ledger.config import Settings
@@ -241,7 +241,7 @@ def test_a_claim_answer_is_counted_once_from_what_the_route_said() -> None:
     metrics = LedgerMetrics()
     for result in ("new", "resumed", "resumed", None):
         state = {} if result is None else {"claim_result": result}
-        timed = MetricsMiddleware(_answered(200, **state), metrics)
+        timed = api_metrics.MetricsMiddleware(_answered(200, **state), metrics)
         asyncio.run(timed(_scope("/units/claim", {}), _receive, _ignore))
     counts = {
         result: metrics.registry.get_sample_value(

@@ -24,7 +24,7 @@ request path:
 These describe the ledger, not this process: every replica reports the same values
 (aggregate them with max, not sum), and they survive restarts.
 
-Counted by this process as requests pass:
+Counted by this process as requests pass (by api/metrics.py's MetricsMiddleware):
 
     work_ledger_request_duration_seconds{method,route,status}  histogram  route = template
     work_ledger_refusals_total{code,invariant}    counter  every problem+json answer
@@ -38,23 +38,20 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncpg
 from asyncpg import Pool
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from work_ledger.errors import WorkLedgerError
 from work_ledger.readside.gauges import WAIT_REASONS, GaugeSnapshot, read_gauges
 
 CACHE_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 5.0
-MAX_PROBLEM_BYTES = 64 * 1024
 LATENCY_BUCKETS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-UNMATCHED = "unmatched"
 Family = TypeVar("Family", GaugeMetricFamily, CounterMetricFamily)
 
 
@@ -249,71 +246,3 @@ class LedgerMetrics:
     def observe_claim(self, result: str) -> None:
         """Count a claim answer: none, new or resumed (what the route said it answered)."""
         self.claim_responses.labels(result).inc()
-
-
-def _route(scope: Scope) -> str:
-    route = scope.get("route")
-    path = getattr(route, "path", None)
-    return path if isinstance(path, str) else UNMATCHED
-
-
-class MetricsMiddleware:
-    """Times every request by its route template, and counts problems and claim answers.
-
-    Pure ASGI. Only problem+json bodies are read (small); every other body passes through
-    untouched. A claim's result is what its route left in the request's state
-    (`claim_result`, api/request_state.py). An error that escapes the app unanswered is
-    counted as the 500 internal_error problem that Starlette's error middleware, outside
-    this one, answers it with."""
-
-    def __init__(self, app: ASGIApp, metrics: LedgerMetrics) -> None:
-        self.app = app
-        self.metrics = metrics
-        # Each labelled latency series, looked up once: `labels()` validates and locks.
-        self._series: dict[tuple[str, str, int], Any] = {}
-
-    def _observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        series = self._series.get((method, route, status))
-        if series is None:
-            series = self.metrics.request_duration.labels(method, route, str(status))
-            self._series[(method, route, status)] = series
-        series.observe(seconds)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-        answered = False
-        problem: bytearray | None = None  # the body of a problem+json answer
-
-        async def send_watched(message: Message) -> None:
-            nonlocal status, answered, problem
-            if message["type"] == "http.response.start":
-                status, answered = message["status"], True
-                if _is_problem(message.get("headers", ())):
-                    problem = bytearray()
-            elif message["type"] == "http.response.body" and problem is not None:
-                if len(problem) < MAX_PROBLEM_BYTES:
-                    problem.extend(message.get("body", b""))
-                if not message.get("more_body", False):
-                    self.metrics.observe_problem(bytes(problem))
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_watched)
-        except Exception:
-            if not answered:
-                self.metrics.refusals.labels("internal_error", "none").inc()
-            raise
-        finally:
-            self._observe(scope["method"], _route(scope), status, time.perf_counter() - started)
-        result = (scope.get("state") or {}).get("claim_result")
-        if result is not None:
-            self.metrics.observe_claim(result)
-
-
-def _is_problem(headers: Any) -> bool:
-    content_type = next((v for k, v in headers if k.lower() == b"content-type"), b"")
-    return bool(content_type.startswith(b"application/problem+json"))
