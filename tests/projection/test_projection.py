@@ -22,6 +22,7 @@ from work_ledger.temporal.ingest import (
     WorkflowEvent,
 )
 from work_ledger.temporal.lifecycle import source_event_id
+from work_ledger.temporal.steps import Tx
 
 
 async def _state(ledger: Ledger, workflow_id: str) -> tuple[State, Disposition | None, int]:
@@ -142,6 +143,28 @@ async def test_completed_on_a_ready_unit_drives_it_through_every_step(
         ("transitioned", "verified"),
         ("projected", None),
     ]
+
+
+async def test_steps_run_the_apis_own_statements(
+    ledger: Ledger, projector: Projector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claim, start, verify and release are the statements the API runs for them, not
+    copies: a change to the API's start is the projection's too."""
+    ran: list[str] = []
+    statement = Tx.fetchrow
+
+    async def noted(tx: Tx, name: str, *args: object) -> asyncpg.Record | None:
+        ran.append(name)
+        return await statement(tx, name, *args)
+
+    monkeypatch.setattr(Tx, "fetchrow", noted)
+    await register_workflows(ledger, "wf-1", "wf-2")
+    await projector.project([event("wf-1", "completed", 9, evidence_url=EVIDENCE)])
+    await projector.project([event("wf-2", "started", 1), event("wf-2", "failed", 2)])
+    life = ["claim_unit", "start_unit", "verify_unit"]  # wf-1: completed on a ready unit
+    failed = ["claim_unit", "start_unit", "transition_unit"]  # wf-2: started, failed
+    own = ("projection_lock_unit", "projection_target", "record_projected_event")
+    assert [name for name in ran if name not in own] == life + failed
 
 
 # -- refusals, late and unknown events ---------------------------------------------------

@@ -1,9 +1,14 @@
-"""Request dependencies: who is calling (auth, roles, sub-agents) and Idempotency-Key.
+"""Who is calling: the bearer token verified once per request, its role admitted, and the
+sub-agent it may act as. (The Idempotency-Key header and the body are read by
+api/writes.py's `write_of`, which admits its caller through `require` here.)
 
-Role → endpoint matrix (DESIGN §7); `operator` may do everything:
+Role → endpoint matrix (DESIGN §7), as the routes' `require`/`write_of` roles say;
+`operator` may do everything:
 
     endpoint                         agent  harness  triage  projector  reader
-    GET (units, events, questions)     ✓      ✓        ✓        ✓         ✓
+    GET units, events, questions       ✓      ✓        ✓        ✓         ✓
+    GET /budgets                       ·      ✓        ✓        ✓         ✓
+    GET /metrics (WL_METRICS_TOKEN)    ✓      ✓        ✓        ✓         ✓
     POST /units (register)             ·      ·        ·        ·         ·
     POST /units/claim, /{unit}/claim   ✓      ·        ·        ·         ·
     POST /attempts/{id}/heartbeat      ✓      ·        ·        ·         ·
@@ -12,6 +17,9 @@ Role → endpoint matrix (DESIGN §7); `operator` may do everything:
     POST /units/{unit}/block           ✓      ✓        ·        ·         ·
     POST /units/{unit}/unblock         ·      ·        ✓        ·         ·
     POST /units/{unit}/dispose         ✓      ·        ·        ·         ·
+    POST /units/{unit}/split           ✓      ·        ·        ·         ·
+    POST /units/{unit}/waive           ·      ·        ·        ·         ·
+    POST /budgets                      ·      ·        ·        ·         ·
     POST /questions/{id}/cancel        ✓      ·        ✓        ·         ·
     POST /questions/{id}/route         ·      ·        ✓        ·         ·
     POST /projection/events            ·      ·        ·        ✓         ·

@@ -1,6 +1,8 @@
 """The ledger's reads: a unit with its history, pages of units, events and questions, the
 audit, and the look a refused write takes at its unit to say which rule refused it and what
-the caller may do next. `Ledger` (service.py) adds the writes.
+the caller may do next. `ShapeWrites` (service/shape.py) and `BudgetWrites`
+(service/budgets.py) build on these, and `Ledger` (service/ledger.py) on both, adding the
+claim and the attempt writes. The dashboard views are read apart, by readside/.
 """
 
 from __future__ import annotations

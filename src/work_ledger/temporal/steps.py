@@ -1,7 +1,8 @@
 """The steps that drive one unit towards the state one workflow event means.
 
-Each step is one guarded statement of `units.sql` (claim, transition, heartbeat, dispose),
-the same every other caller uses; a refused step raises `Refused`, and the caller's
+Each step is one guarded statement of `units.sql` (claim_unit, start_unit, verify_unit,
+transition_unit for a release, heartbeat_attempt, dispose_unit), the very statement the
+API runs for the same step; a refused step raises `Refused`, and the caller's
 savepoint leaves nothing behind. The mapping is the one in `ingest`'s docstring.
 """
 
@@ -144,7 +145,7 @@ class Steps:
         if self.unit.state is State.READY:
             await self._claim()
         if self.unit.state is State.CLAIMED:
-            await self._transition(State.IN_PROGRESS, [State.CLAIMED])
+            await self._start()
         elif self.unit.state is State.IN_PROGRESS or (
             self.unit.state is State.BLOCKED and heartbeat
         ):
@@ -164,12 +165,7 @@ class Steps:
         if self.unit.state in (State.VERIFIED, State.DONE):
             return
         await self._to_in_progress(heartbeat=False, target=State.VERIFIED)
-        await self._transition(
-            State.VERIFIED,
-            [State.IN_PROGRESS],
-            evidence_url=self.p.evidence_url,
-            outcome=Outcome.VERIFIED,
-        )
+        await self._verify()
 
     async def _to_ready(self) -> None:
         current = self.unit.state
@@ -210,32 +206,42 @@ class Steps:
         row = await self.tx.fetchrow("claim_unit", self.p.agent, None, self.lease, self.unit.id)
         self._after(row, "claim")
 
-    async def _transition(
-        self,
-        to: State,
-        leaving: list[State],
-        *,
-        evidence_url: str | None = None,
-        outcome: Outcome | None = None,
-    ) -> None:
-        event = "released" if to is State.READY else "transitioned"
+    async def _start(self) -> None:
+        """The API's own start (its `transitioned` event carries no detail: the delivery's
+        `projected` event, in the same transaction, names the workflow event)."""
         row = await self.tx.fetchrow(
-            "transition_unit",
+            "start_unit", self.unit.id, [State.CLAIMED], self.p.agent, None, self.p.agent
+        )
+        self._after(row, "start")
+
+    async def _verify(self) -> None:
+        row = await self.tx.fetchrow(
+            "verify_unit",
             self.unit.id,
-            to,
-            leaving,
+            [State.IN_PROGRESS],
             self.p.agent,
             None,
-            evidence_url,
-            outcome,
-            event,
+            self.p.evidence_url,
             self.link,
             self.p.agent,
         )
-        self._after(row, f"move to {to}")
+        self._after(row, "verify")
 
     async def _release(self, outcome: Outcome) -> None:
-        await self._transition(State.READY, [State.CLAIMED, State.IN_PROGRESS], outcome=outcome)
+        row = await self.tx.fetchrow(
+            "transition_unit",
+            self.unit.id,
+            State.READY,
+            [State.CLAIMED, State.IN_PROGRESS],
+            self.p.agent,
+            None,
+            None,
+            outcome,
+            "released",
+            self.link,
+            self.p.agent,
+        )
+        self._after(row, "release")
 
     async def _heartbeat(self) -> None:
         row = await self.tx.fetchrow(

@@ -1,6 +1,9 @@
--- Writes to units. Each statement is one transaction and one round trip: it guards the
--- state it expects, changes the unit, its attempt and its questions, and appends the
--- event. Zero rows back means the guard refused; the service then looks once to say why.
+-- Writes to units, run by the API's service and by the Temporal projection alike. Each
+-- statement is one round trip that guards the state it expects, changes the unit, its
+-- attempt and its questions, and appends the event, so it needs no transaction of its own:
+-- alone it commits by itself; under an Idempotency-Key it runs in the transaction that
+-- holds the key (service/keyed.py), the projection's in the delivery's. Zero rows back
+-- means the guard refused; the caller then looks once to say why.
 
 -- name: register_units
 -- $1 refs, $2 fleets, $3 domains, $4 workflow ids, $6 max_attempts (parallel arrays),
@@ -347,8 +350,9 @@ WITH unit AS (
 SELECT unit, attempt FROM unit;
 
 -- name: transition_unit
--- Start (claimed → in_progress), verify (in_progress → verified) and release
--- (claimed|in_progress → ready). $1 unit, $2 target state, $3 states it may leave,
+-- Release (claimed|in_progress → ready, its attempt ending failed or abandoned), for the
+-- API and the Temporal projection; both start with start_unit and verify with verify_unit.
+-- It can make any move of the map's held states: $1 unit, $2 target state, $3 states it may leave,
 -- $4 holder or null (privileged), $5 fenced attempt or null, $6 evidence url or null,
 -- $7 outcome that ends the attempt (null keeps it running), $8 event type, $9 detail,
 -- $10 acting principal. A release that ends the unit's last allowed attempt parks it in
@@ -412,8 +416,8 @@ FROM unit JOIN work_unit_attempts AS a ON a.id = unit.attempt_id;
 
 -- name: verify_unit
 -- in_progress → verified with an evidence link; the attempt ends verified. transition_unit
--- can do this too; this statement does only it (a seventh less of PostgreSQL's CPU,
--- bench/RESULTS.md).
+-- could do this too; this statement does only it (a seventh less of PostgreSQL's CPU than
+-- transition_unit's lock and CASE per column, docs/data-model.md#the-claim).
 -- $1 unit, $2 the states it may leave ({in_progress}: a parameter, as in start_unit), $3
 -- holder or null (privileged), $4 fenced attempt or null, $5 evidence url, $6 event detail,
 -- $7 acting principal. As start_unit, one UPDATE and no lock taken before it: the live
