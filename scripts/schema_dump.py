@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from work_ledger.db.connect import ensure_database, with_database
+from work_ledger.db.migrate import load_migrations
 from work_ledger.embedded.programs import program, without_password
 from work_ledger.embedded.server import embedded_server_url
 from work_ledger.runtime import migrate_database
@@ -47,8 +48,9 @@ HEADER = f"""\
 -- live there), tables and views, then constraints, indexes, rules, triggers, foreign keys
 -- and privileges, each kind by name, except that an object comes after what it needs (a
 -- table that a function returns, a function a table's default calls), which is why the
--- functions and tables alternate a few times. The migrations' own comments say why each
--- piece is there: `grep -l name src/work_ledger/db/migrations/*` finds them.
+-- functions and tables alternate a few times. Where the migration that defined an object
+-- wrote a comment right above it, that comment follows the object's header, quoted as
+-- `-- (from NNNN_name:)`; `grep -l name src/work_ledger/db/migrations/*` finds the rest.
 
 -- Function bodies may name functions defined further down; PostgreSQL checks them at call.
 SET check_function_bodies = false;
@@ -89,6 +91,53 @@ _NOISE = re.compile(
 )
 
 
+# A statement of a migration that defines an object, and one that renames a function (the
+# older migrations kept a function's previous body under a new name and called it).
+_DEFINES = re.compile(
+    r"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:UNIQUE\s+)?(?:CONSTRAINT\s+)?(?:MATERIALIZED\s+)?"
+    r"(FUNCTION|TABLE|VIEW|INDEX|TRIGGER|TYPE|SEQUENCE)\s+(?:CONCURRENTLY\s+)?"
+    r"(?:IF\s+NOT\s+EXISTS\s+)?(\w+)",
+    re.I,
+)
+_RENAMES = re.compile(r"^ALTER\s+FUNCTION\s+(\w+)\s*\(.*?\)\s+RENAME\s+TO\s+(\w+)", re.I)
+_RULE = re.compile(r"^-- -- .*-{3,}$")  # a migration's section rule, not a comment on one object
+Why = dict[tuple[str, str], tuple[str, list[str]]]
+
+
+def migrations_why() -> Why:
+    """(kind, name) → (migration, the comment lines written right above the statement that
+    last defined that object): the migrations' own word on why it is there."""
+    found: Why = {}
+    for migration in load_migrations():
+        lines = migration.sql.splitlines()
+        for i, line in enumerate(lines):
+            renamed = _RENAMES.match(line)
+            if renamed and ("function", renamed[1].lower()) in found:
+                found[("function", renamed[2].lower())] = found.pop(
+                    ("function", renamed[1].lower())
+                )
+                continue
+            defined = _DEFINES.match(line)
+            start = i
+            while start > 0 and lines[start - 1].startswith("--"):
+                start -= 1
+            if defined and start < i:
+                key = (defined[1].lower(), defined[2].lower())
+                found[key] = (f"{migration.version:04d}_{migration.name}", lines[start:i])
+    return found
+
+
+def _why_of(kind: str, name: str, why: Why) -> str:
+    """The comment a migration wrote above this object, quoted ('' when it wrote none)."""
+    name = name.split("(")[0].split(" ")[-1].lower()  # a function's args, a trigger's table
+    found = why.get((kind.lower(), name))
+    if found is None:
+        return ""
+    migration, lines = found
+    lines = [line for line in lines if not _RULE.match(line)]
+    return f"-- (from {migration}:)\n" + "\n".join(lines) + "\n"
+
+
 def migrated_dump() -> str:
     """`pg_dump --schema-only` of a fresh database that every migration was applied to."""
     home = Path(tempfile.mkdtemp(prefix="wl-schema-dump-"))
@@ -111,8 +160,9 @@ def migrated_dump() -> str:
     return done.stdout
 
 
-def render(dump: str) -> str:
-    """The dump made readable: one header line per object, a banner per kind of object."""
+def render(dump: str, why: Why) -> str:
+    """The dump made readable: one header line per object, with the comment the migration
+    that defined it wrote above it, and a banner per kind of object."""
     text = "\n".join(line for line in dump.splitlines() if not _NOISE.match(line)) + "\n"
     # Every object of the ledger is in public; the file sets no search_path, so bare names
     # resolve there, as they do for the migrations. Function bodies carry no prefix.
@@ -124,7 +174,7 @@ def render(dump: str) -> str:
         banner = _BANNERS.get(kind, current[0])  # a sequence, view or comment: no new banner
         opening = "" if banner == current[0] else f"-- ===== {banner} =====\n\n"
         current[0] = banner
-        return f"{opening}-- {kind.lower()}: {name}\n"
+        return f"{opening}-- {kind.lower()}: {name}\n{_why_of(kind, name, why)}"
 
     text = _OBJECT.sub(header, text)
     text = re.sub(r"^--\n(?=--\n|\n|$)", "", text, flags=re.M)  # the dump's empty banners
@@ -134,7 +184,7 @@ def render(dump: str) -> str:
 
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else SCHEMA
-    out.write_text(render(migrated_dump()), encoding="utf-8")
+    out.write_text(render(migrated_dump(), migrations_why()), encoding="utf-8")
     print(f"wrote {out}")
 
 

@@ -11,8 +11,9 @@
 -- live there), tables and views, then constraints, indexes, rules, triggers, foreign keys
 -- and privileges, each kind by name, except that an object comes after what it needs (a
 -- table that a function returns, a function a table's default calls), which is why the
--- functions and tables alternate a few times. The migrations' own comments say why each
--- piece is there: `grep -l name src/work_ledger/db/migrations/*` finds them.
+-- functions and tables alternate a few times. Where the migration that defined an object
+-- wrote a comment right above it, that comment follows the object's header, quoted as
+-- `-- (from NNNN_name:)`; `grep -l name src/work_ledger/db/migrations/*` finds the rest.
 
 -- Function bodies may name functions defined further down; PostgreSQL checks them at call.
 SET check_function_bodies = false;
@@ -78,6 +79,8 @@ CREATE TYPE work_state AS ENUM (
 -- ===== Functions =====
 
 -- function: wl_abandon_dispositions(work_state)
+-- (from 0002_guard_invariants:)
+-- Which dispositions may abandon a unit from each state (done ⇔ MIGRATED is a CHECK).
 CREATE FUNCTION wl_abandon_dispositions(from_state work_state) RETURNS work_disposition[]
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE from_state WHEN 'ready'::work_state THEN ARRAY['DROPPED'::work_disposition, 'DEFERRED'::work_disposition, 'DEAD'::work_disposition] WHEN 'waiting'::work_state THEN ARRAY['DROPPED'::work_disposition, 'DEFERRED'::work_disposition, 'DEAD'::work_disposition] WHEN 'in_progress'::work_state THEN ARRAY['DROPPED'::work_disposition, 'DEAD'::work_disposition] WHEN 'blocked'::work_state THEN ARRAY['DEFERRED'::work_disposition, 'DEAD'::work_disposition] ELSE ARRAY[]::work_disposition[] END;
@@ -97,6 +100,8 @@ BEGIN
 END $$;
 
 -- function: wl_is_evidence_link(text)
+-- (from 0001_create_ledger:)
+-- Evidence is a link to where the proof lives, never the proof itself.
 CREATE FUNCTION wl_is_evidence_link(url text) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN COALESCE(((url ~ '^https?://[^[:space:]/?#]+[^[:space:]]*$'::text) AND (length(url) <= 2048)), false);
@@ -109,6 +114,8 @@ CREATE FUNCTION wl_are_evidence_links(urls text[]) RETURNS boolean
 -- ===== Tables, sequences and views =====
 
 -- table: budgets
+-- (from 0011_shape_and_money:)
+-- A budget caps a fleet, or one domain of it (domain null: the whole fleet).
 CREATE TABLE budgets (
     id bigint NOT NULL,
     fleet text NOT NULL,
@@ -125,6 +132,11 @@ CREATE TABLE budgets (
 -- ===== Functions =====
 
 -- function: wl_spent_budgets(text, text)
+-- (from 0020_decide_budgets_cheaply:)
+-- The budgets over a unit of this fleet and domain that are spent (spent >= cap): its
+-- fleet's, then its fleet-and-domain one. Two lookups by the unique index (an OR of the
+-- two would read every budget of the fleet), each summing its scope's 16 shard rows.
+-- Inlined by the planner where it is called in FROM (no SECURITY DEFINER, one SELECT).
 CREATE FUNCTION wl_spent_budgets(fleet text, domain text) RETURNS SETOF budgets
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
@@ -140,11 +152,16 @@ CREATE FUNCTION wl_spent_budgets(fleet text, domain text) RETURNS SETOF budgets
 $$;
 
 -- function: wl_budget_open(text, text)
+-- (from 0011_shape_and_money:)
+-- May a unit of this fleet and domain be claimed anew? Not once a budget over it is spent.
 CREATE FUNCTION wl_budget_open(fleet text, domain text) RETURNS boolean
     LANGUAGE sql STABLE PARALLEL SAFE
     RETURN (NOT (EXISTS (SELECT FROM wl_spent_budgets(wl_budget_open.fleet, wl_budget_open.domain) wl_spent_budgets(id, fleet, domain, cap_cents, created_at, updated_at, updated_by))));
 
 -- function: wl_check_unit_sums()
+-- (from 0011_shape_and_money:)
+-- 0002's sums, and now: an attempt's cost is the sum of its records, and a unit's failed
+-- attempts are the attempts that ended failed, abandoned or superseded.
 CREATE FUNCTION wl_check_unit_sums() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -214,6 +231,9 @@ BEGIN
 END $$;
 
 -- function: wl_check_waiting(uuid)
+-- (from 0011_shape_and_money:)
+-- At commit: the counter is exact, a waiting unit waits on something (a prerequisite or the
+-- ledger's question), and a ready unit on nothing.
 CREATE FUNCTION wl_check_waiting(target uuid) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -264,6 +284,9 @@ BEGIN
 END $$;
 
 -- function: wl_checkpoint_only_advances()
+-- (from 0009_create_temporal_follow_checkpoints:)
+-- A checkpoint never moves back: two followers of one namespace (or a slow pass finishing
+-- after a faster one) can only advance it.
 CREATE FUNCTION wl_checkpoint_only_advances() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -279,6 +302,8 @@ END
 $$;
 
 -- function: wl_earlier_attempts(uuid, integer)
+-- (from 0012_keep_read_summaries:)
+-- A unit's earlier attempts (numbered below `below`) by how they ended.
 CREATE FUNCTION wl_earlier_attempts(unit uuid, below integer, OUT superseded integer, OUT released integer) RETURNS record
     LANGUAGE sql STABLE
     AS $$
@@ -288,6 +313,9 @@ CREATE FUNCTION wl_earlier_attempts(unit uuid, below integer, OUT superseded int
 $$;
 
 -- function: wl_fold_read_summaries(integer)
+-- (from 0017_fold_read_summaries:)
+-- min_rows: fold only when at least that many change rows wait (what each fold costs per
+-- key it touches is then spread over that many changes); 0: whatever waits.
 CREATE FUNCTION wl_fold_read_summaries(min_rows integer DEFAULT 0) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
@@ -303,6 +331,8 @@ BEGIN
 END $$;
 
 -- function: wl_fold_read_summaries_locked()
+-- (from 0021_rank_only_ranked_units:)
+-- 0017's fold, with ranks kept for the ranked units only.
 CREATE FUNCTION wl_fold_read_summaries_locked() RETURNS bigint
     LANGUAGE plpgsql
     AS $$
@@ -438,6 +468,10 @@ BEGIN
 END $$;
 
 -- function: wl_grant_reader_0004(text, text)
+-- (from 0004_create_views:)
+-- Makes `role_name` a LOGIN role that may SELECT the five views and nothing else
+-- (`work-ledger grant-reader`). Runs with the caller's rights: it needs CREATEROLE.
+-- The password arrives as a SCRAM-SHA-256 verifier, never in clear.
 CREATE FUNCTION wl_grant_reader_0004(role_name text, password_verifier text) RETURNS text[]
     LANGUAGE plpgsql
     AS $$
@@ -577,6 +611,10 @@ BEGIN
 END $$;
 
 -- function: wl_guard_question_route()
+-- (from 0007_route_questions:)
+-- Set once, and only while the question is open: a second triage worker (or one that
+-- restarted) cannot route it again under another id, and a question nobody waits on any
+-- more is not sent to a human. (A closed question never changes at all: question_status_final.)
 CREATE FUNCTION wl_guard_question_route() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -601,6 +639,8 @@ BEGIN
 END $$;
 
 -- function: wl_guard_requirement_change()
+-- (from 0011_shape_and_money:)
+-- A requirement is never removed; its only change is being waived, once.
 CREATE FUNCTION wl_guard_requirement_change() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -617,6 +657,8 @@ BEGIN
 END $$;
 
 -- function: wl_guard_unit_change()
+-- (from 0019_note_unit_changes_in_the_guard:)
+-- 0011's guard, with the change row.
 CREATE FUNCTION wl_guard_unit_change() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -722,11 +764,15 @@ BEGIN
 END $$;
 
 -- function: wl_is_finished(work_state, work_disposition)
+-- (from 0011_shape_and_money:)
+-- Finished: done, or abandoned DROPPED (not needed after all). DEFERRED and DEAD never finish.
 CREATE FUNCTION wl_is_finished(state work_state, disposition work_disposition) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN ((state = 'done'::work_state) OR ((state = 'abandoned'::work_state) AND (NOT (disposition IS DISTINCT FROM 'DROPPED'::work_disposition))));
 
 -- function: wl_model_sums(uuid[])
+-- (from 0014_keep_cost_by_model:)
+-- The records of the given units (all units: null), summed per fleet, domain and model.
 CREATE FUNCTION wl_model_sums(units uuid[]) RETURNS TABLE(fleet text, domain text, model text, cost_cents bigint, estimated_cents bigint, estimated_records bigint, input_tokens bigint, input_records bigint, output_tokens bigint, output_records bigint, cache_read_tokens bigint, cache_read_records bigint, cache_write_tokens bigint, cache_write_records bigint, records bigint, units bigint)
     LANGUAGE sql STABLE
     AS $$
@@ -744,6 +790,9 @@ CREATE FUNCTION wl_model_sums(units uuid[]) RETURNS TABLE(fleet text, domain tex
 $$;
 
 -- function: wl_move_unit_costs()
+-- (from 0014_keep_cost_by_model:)
+-- A unit moved to another fleet or domain (raw SQL: no write path does it) takes its
+-- records' sums out of the old key (negated into this backend's stripe) and into the new.
 CREATE FUNCTION wl_move_unit_costs() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -778,6 +827,8 @@ BEGIN
 END $$;
 
 -- function: wl_next_states(work_state)
+-- (from 0011_shape_and_money:)
+-- The allowed map of DESIGN §4 and §12; work_ledger.domain.model.TRANSITIONS mirrors it.
 CREATE FUNCTION wl_next_states(from_state work_state) RETURNS work_state[]
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE from_state WHEN 'ready'::work_state THEN ARRAY['claimed'::work_state, 'abandoned'::work_state] WHEN 'waiting'::work_state THEN ARRAY['ready'::work_state, 'abandoned'::work_state] WHEN 'claimed'::work_state THEN ARRAY['in_progress'::work_state, 'ready'::work_state, 'claimed'::work_state, 'waiting'::work_state] WHEN 'in_progress'::work_state THEN ARRAY['ready'::work_state, 'claimed'::work_state, 'blocked'::work_state, 'verified'::work_state, 'abandoned'::work_state, 'waiting'::work_state] WHEN 'blocked'::work_state THEN ARRAY['in_progress'::work_state, 'abandoned'::work_state] WHEN 'verified'::work_state THEN ARRAY['done'::work_state] ELSE ARRAY[]::work_state[] END;
@@ -828,6 +879,9 @@ CREATE FUNCTION wl_read_summary_drift() RETURNS TABLE(summary text, key text, ke
 $$;
 
 -- function: wl_read_summary_drift_0012()
+-- (from 0012_keep_read_summaries:)
+-- Where a tally differs from what the tables say: one row per differing key (empty when
+-- every summary is exact). A full scan of the ledger, run by `work-ledger audit`.
 CREATE FUNCTION wl_read_summary_drift_0012() RETURNS TABLE(summary text, key text, kept text, actual text)
     LANGUAGE sql STABLE
     AS $$
@@ -1027,6 +1081,8 @@ CREATE FUNCTION wl_read_summary_drift_0017() RETURNS TABLE(summary text, key tex
 $$;
 
 -- function: wl_rebuild_read_summaries()
+-- (from 0021_rank_only_ranked_units:)
+-- 0017's rebuild, filling the ranks of the ranked units only.
 CREATE FUNCTION wl_rebuild_read_summaries() RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -1042,6 +1098,9 @@ BEGIN
 END $$;
 
 -- function: wl_rebuild_read_summaries_0012()
+-- (from 0012_keep_read_summaries:)
+-- Every tally from the tables, stripe 0, writers held off meanwhile (SHARE lets readers
+-- on). For this migration, a bulk load with triggers off, or a repair the audit asked for.
 CREATE FUNCTION wl_rebuild_read_summaries_0012() RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -1086,6 +1145,12 @@ BEGIN
 END $$;
 
 -- function: wl_refold_disposed_move()
+-- (from 0017_fold_read_summaries:)
+-- A disposed unit leaving its key (dispositions are final: only a raw edit moves its
+-- domain) narrows that key's first and last disposal, which pending rows cannot say (they
+-- only widen). Such a statement folds at once, in its own transaction (waiting for a fold
+-- under way), and the fold looks the key up again. Named to fire after
+-- read_summaries_on_update (AFTER triggers fire by name), so this row's change is folded.
 CREATE FUNCTION wl_refold_disposed_move() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1096,6 +1161,19 @@ BEGIN
 END $$;
 
 -- function: wl_refuse_raced_registration(text)
+-- (from 0018_refuse_a_registration_that_raced:)
+-- A registration that raced another for a new unit refuses itself whole (issue 28).
+--
+-- register_units reads the ledger once, at the start of its statement. When a concurrent
+-- batch inserts one of its refs after that reading, the insert of it waits for the other
+-- batch and then does nothing (ON CONFLICT): the ref is neither the statement's own new
+-- row nor a unit it saw. A dependent in the batch that required it had counted it as an
+-- unfinished prerequisite of the batch but got no requirement row on it, and the deferred
+-- check refused the whole transaction at commit (409 unit_prerequisites_counted), though
+-- the same batch sent again succeeded. The statement now calls this function for such a
+-- ref, before anything commits: the statement (its savepoint, inside a keyed write) is
+-- rolled back, and the service runs it again, reading the ledger anew, where the other
+-- batch's unit is committed (the insert waited for that commit).
 CREATE FUNCTION wl_refuse_raced_registration(external_ref text) RETURNS uuid
     LANGUAGE plpgsql
     AS $$
@@ -1108,6 +1186,10 @@ BEGIN
 END $$;
 
 -- function: wl_refuse_requirement_cycle()
+-- (from 0011_shape_and_money:)
+-- No cycle, whatever inserts the edges. Edges added concurrently could close a cycle that
+-- neither transaction sees, so checks take turns (a transaction lock, held to commit), and
+-- each statement after the lock reads what the transactions before it committed.
 CREATE FUNCTION wl_refuse_requirement_cycle() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1149,6 +1231,8 @@ BEGIN
 END $$;
 
 -- function: wl_refuse_rewrite()
+-- (from 0002_guard_invariants:)
+-- History is kept forever: events are never changed, and nothing is ever deleted.
 CREATE FUNCTION wl_refuse_rewrite() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1161,6 +1245,12 @@ BEGIN
 END $$;
 
 -- function: wl_release_dependents()
+-- (from 0011_shape_and_money:)
+-- When a unit finishes, each dependent it still held counts one unfinished prerequisite
+-- less, and the dependents with none left become ready, in the same transaction, with one
+-- event each (wl_notify_claimable, 0005, wakes the long-polls). Locked in id order, so
+-- two prerequisites finishing at once queue on their shared dependents instead of
+-- deadlocking; each sees the other's decrement (the row is re-read after the wait).
 CREATE FUNCTION wl_release_dependents() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1201,6 +1291,11 @@ CREATE TABLE fleet_spend (
 COMMENT ON TABLE fleet_spend IS 'What each fleet has spent, over all its domains, in 16 shard rows (as scope_spend per domain): kept by the trigger on the unit''s cost, read by the fleet-wide budgets.';
 
 -- table: scope_spend
+-- (from 0011_shape_and_money:)
+-- What a scope has spent, kept in 16 shard rows per (fleet, domain) so that 64 agents
+-- recording cost into one scope do not queue on one row: each connection adds to the
+-- shard of its backend pid. Kept by a trigger on the unit's cost, so every path that
+-- records cost (and psql) keeps it; a fleet's spend is the sum over its domains.
 CREATE TABLE scope_spend (
     fleet text NOT NULL,
     domain text NOT NULL,
@@ -1268,6 +1363,9 @@ CREATE FUNCTION wl_tally_stripe(stripes integer) RETURNS smallint
     RETURN ((pg_backend_pid() % stripes))::smallint;
 
 -- function: wl_unit_ranks_drift()
+-- (from 0021_rank_only_ranked_units:)
+-- Ranks: a unit that costs something or was claimed more than once, not in
+-- wl_unit_changes, has a rank row with its cost and attempts; no other unit has one.
 CREATE FUNCTION wl_unit_ranks_drift() RETURNS TABLE(summary text, key text, kept text, actual text)
     LANGUAGE sql STABLE
     AS $$
@@ -1307,6 +1405,8 @@ CREATE TABLE blocking_questions (
 );
 
 -- table: budget_caps
+-- (from 0011_shape_and_money:)
+-- Every cap a budget ever had, from when: what `audit` checks claims against.
 CREATE TABLE budget_caps (
     id bigint NOT NULL,
     fleet text NOT NULL,
@@ -1337,6 +1437,8 @@ ALTER TABLE budgets ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 -- table: cost_records
+-- (from 0011_shape_and_money:)
+
 CREATE TABLE cost_records (
     id bigint NOT NULL,
     attempt_id uuid NOT NULL,
@@ -1374,6 +1476,8 @@ CREATE TABLE temporal_follow_checkpoints (
 );
 
 -- table: unit_requirements
+-- (from 0011_shape_and_money:)
+
 CREATE TABLE unit_requirements (
     unit_id uuid NOT NULL,
     prerequisite_id uuid NOT NULL,
@@ -1521,6 +1625,11 @@ CREATE TABLE work_unit_attempts (
 );
 
 -- view: wl_pending_sides
+-- (from 0017_fold_read_summaries:)
+-- Each change row as the unit's old side (sign -1, absent for a new unit) and new side (+1),
+-- with the side's earlier attempts (numbered below its attempt count) by how they ended:
+-- an attempt's outcome is final once a later one exists (attempt_outcome_final), so the
+-- attempts table as it is now says what both sides count.
 CREATE VIEW wl_pending_sides AS
  SELECT c.unit_id,
     s.sign,
@@ -1549,6 +1658,8 @@ CREATE VIEW wl_pending_sides AS
   WHERE (s.domain IS NOT NULL);
 
 -- view: wl_pending_unit_tallies
+-- (from 0017_fold_read_summaries:)
+-- What the change rows not yet folded add to each tally, in the tallies' own columns.
 CREATE VIEW wl_pending_unit_tallies AS
  SELECT domain,
     state,
@@ -1566,6 +1677,10 @@ CREATE VIEW wl_pending_unit_tallies AS
   GROUP BY domain, state, disposition;
 
 -- table: wl_unit_tallies
+-- (from 0012_keep_read_summaries:)
+-- Per domain, state and disposition: units, their attempts, cost and evidence.
+-- first/last_disposed_at only widen: a disposition is final, so a disposed unit leaves its
+-- key only by a raw edit of its domain, which the audit reports (rebuild to repair).
 CREATE TABLE wl_unit_tallies (
     domain text NOT NULL,
     state work_state NOT NULL,
@@ -1585,6 +1700,8 @@ CREATE TABLE wl_unit_tallies (
 COMMENT ON TABLE wl_unit_tallies IS 'Kept by trigger: what the units of each (domain, state, disposition) add up to, spread over stripes. Read through v_queue_depth, v_cost_per_unit, v_rework, v_disposition_summary.';
 
 -- view: wl_unit_tallies_now
+-- (from 0017_fold_read_summaries:)
+-- The tallies as the tables say now: folded plus pending. Every view below reads these.
 CREATE VIEW wl_unit_tallies_now AS
  SELECT wl_unit_tallies.domain,
     wl_unit_tallies.state,
@@ -1615,6 +1732,9 @@ UNION ALL
    FROM wl_pending_unit_tallies;
 
 -- table: work_units
+-- (from 0001_create_ledger:)
+-- created_at is the clock, not the transaction start, so that a batch keeps its order
+-- in the ready queue (pull-next serves the oldest first).
 CREATE TABLE work_units (
     id uuid DEFAULT gen_random_uuid() NOT NULL,
     created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
@@ -1723,6 +1843,8 @@ UNION ALL
 COMMENT ON VIEW v_cost_per_unit IS 'What each unit cost (scope unit: its attempts and cents; page it by external_ref), and per domain and in total: cost_per_unit_cents (all spend / units), cost_per_merged_unit_cents (what a MIGRATED unit cost on average) and spend_per_merged_unit_cents (all spend, wasted attempts and dropped units included, divided by the MIGRATED units). Cents; null when nothing is merged yet. Domain and total rows read wl_unit_tallies (kept by trigger).';
 
 -- table: wl_unit_ranks
+-- (from 0017_fold_read_summaries:)
+-- Each unit's cost and attempts as of the last fold, for the top-20 lists.
 CREATE TABLE wl_unit_ranks (
     unit_id uuid NOT NULL,
     domain text NOT NULL,
@@ -1732,6 +1854,13 @@ CREATE TABLE wl_unit_ranks (
 );
 
 -- view: v_costliest_units
+-- (from 0017_fold_read_summaries:)
+-- The top-20 lists: each unit's cost and attempts as of the last fold, in the order of
+-- their indexes (the order is the view's own, as v_stall_list's: `LIMIT n` on the view,
+-- with or without `WHERE domain = ...`, reads n index entries), and the units changed
+-- since. The first n by current values are among the first n + (changed units) of the
+-- folded ranking and the changed units: the report reads those ids, then their rows as
+-- they are now (work_ledger/db/sql/report.sql). Views, so the reader role reads them.
 CREATE VIEW v_costliest_units WITH (security_barrier='true') AS
  SELECT unit_id,
     domain,
@@ -1746,6 +1875,9 @@ CREATE VIEW v_costliest_units WITH (security_barrier='true') AS
 COMMENT ON VIEW v_costliest_units IS 'Units that cost anything, costliest first, as of the last fold of the read summaries (wl_fold_read_summaries()): LIMIT n reads n index entries. The units in v_changed_units may have changed since: read them as they are now.';
 
 -- table: wl_disposed_links
+-- (from 0012_keep_read_summaries:)
+-- Every distinct evidence link of disposed units, per disposition and domain (domain
+-- '(all)': over every domain), with how many units carry it; and how many there are.
 CREATE TABLE wl_disposed_links (
     disposition work_disposition NOT NULL,
     domain text NOT NULL,
@@ -1762,6 +1894,8 @@ CREATE TABLE wl_link_tallies (
 );
 
 -- view: wl_pending_links
+-- (from 0017_fold_read_summaries:)
+-- Per disposition, domain (and '(all)') and link: how many units the pending rows add.
 CREATE VIEW wl_pending_links AS
  SELECT s.disposition,
     scope.domain,
@@ -1775,6 +1909,9 @@ CREATE VIEW wl_pending_links AS
  HAVING (sum(s.sign) <> 0);
 
 -- view: wl_pending_link_tallies
+-- (from 0017_fold_read_summaries:)
+-- How the count of distinct links moves: a link new to its key adds one, a link whose
+-- units come to 0 takes one away.
 CREATE VIEW wl_pending_link_tallies AS
  SELECT p.disposition,
     p.domain,
@@ -1935,6 +2072,10 @@ CREATE VIEW v_open_questions WITH (security_barrier='true') AS
 COMMENT ON VIEW v_open_questions IS 'Per assignee group (every group that has had a question): the open blocking questions and the age in seconds of the oldest (0 when none is open), as v_question_wait''s group rows say, read from an index. What /metrics reads.';
 
 -- view: v_question_wait
+-- (from 0013_page_units_and_stalls_cheaply:)
+-- The domain rows need each question's unit; the group and total rows do not, and read
+-- the questions alone: a scrape (WHERE scope = 'group') never joins the units. The scope
+-- of the first branch is a constant, so a filter on another scope drops that branch.
 CREATE VIEW v_question_wait WITH (security_barrier='true') AS
  SELECT scope,
     domain,
@@ -1988,6 +2129,8 @@ CREATE VIEW v_question_wait WITH (security_barrier='true') AS
 COMMENT ON VIEW v_question_wait IS 'How long units wait on people. Per assignee group (scope group, domain (all)), per domain of the unit (scope domain, assignee_group_slug (all)) and over everything (scope total, always present): open questions (= blocked units), how many are not routed to the human queue yet, the oldest open one''s age (0 when none is open) and the median open age; answered questions and the time from asking to answer, p50 and p90 (seconds).';
 
 -- view: v_queue_depth
+-- (from 0017_fold_read_summaries:)
+-- The views, same columns as before, summary scopes from the *_now views.
 CREATE VIEW v_queue_depth WITH (security_barrier='true') AS
  SELECT
         CASE
@@ -2045,6 +2188,8 @@ CREATE VIEW wl_pending_rework_tallies AS
   GROUP BY domain;
 
 -- table: wl_rework_days
+-- (from 0012_keep_read_summaries:)
+-- Per domain and UTC day of disposal: the disposed units that were claimed at least once.
 CREATE TABLE wl_rework_days (
     domain text NOT NULL,
     day timestamp with time zone NOT NULL,
@@ -2079,6 +2224,8 @@ UNION ALL
    FROM wl_pending_rework_days;
 
 -- table: wl_rework_tallies
+-- (from 0012_keep_read_summaries:)
+-- Per domain: the earlier attempts (those a later attempt followed) by how they ended.
 CREATE TABLE wl_rework_tallies (
     domain text NOT NULL,
     stripe smallint NOT NULL,
@@ -2101,6 +2248,10 @@ UNION ALL
    FROM wl_pending_rework_tallies;
 
 -- view: v_rework
+-- (from 0013_page_units_and_stalls_cheaply:)
+-- Scope unit counts each unit's earlier attempts in its own row (scalar subqueries), so
+-- that `WHERE scope = 'unit' AND external_ref > $cursor ORDER BY external_ref LIMIT n`
+-- walks the external_ref index and counts only the page's units.
 CREATE VIEW v_rework WITH (security_barrier='true') AS
  SELECT 'unit'::text AS scope,
     u.domain,
@@ -2185,6 +2336,9 @@ UNION ALL
 COMMENT ON VIEW v_rework IS 'Which units needed more than one attempt (scope unit; page it by external_ref), and the rework rate = reworked_units / attempted_units per domain and in total (units claimed at least once), and per domain per UTC day of disposal (scope day, closed units only: the rate over time). superseded_attempts were lost to a lapsed lease (stale reclaim); released_attempts ended failed or abandoned before a later attempt. Domain, total and day rows read tallies kept by trigger (wl_unit_tallies, wl_rework_tallies, wl_rework_days).';
 
 -- table: wl_settings
+-- (from 0004_create_views:)
+-- Settings the views read. One row, written at start by `work-ledger serve` from WL_*
+-- (WL_STALL_SECONDS), so that Grafana and psql see the threshold the fleet runs with.
 CREATE TABLE wl_settings (
     singleton boolean DEFAULT true NOT NULL,
     stall_seconds integer DEFAULT 300 NOT NULL,
@@ -2197,6 +2351,9 @@ CREATE TABLE wl_settings (
 COMMENT ON TABLE wl_settings IS 'One row of settings that the views read; stall_seconds is WL_STALL_SECONDS, written at start.';
 
 -- view: v_stall_counts
+-- (from 0013_page_units_and_stalls_cheaply:)
+-- A stalled unit has not been written since its last heartbeat, so its page is all-visible
+-- once vacuumed: the count reads the index alone.
 CREATE VIEW v_stall_counts WITH (security_barrier='true') AS
  WITH threshold AS (
          SELECT (now() - make_interval(secs => (( SELECT wl_settings.stall_seconds
@@ -2233,6 +2390,9 @@ CREATE VIEW v_stall_counts WITH (security_barrier='true') AS
 COMMENT ON VIEW v_stall_counts IS 'How many units v_stall_list holds, per domain (domains with none are absent): what a scrape or a dashboard counts, from an index, without reading the units themselves.';
 
 -- view: v_stall_list
+-- (from 0013_page_units_and_stalls_cheaply:)
+-- The threshold is a subquery (evaluated once) rather than a join, so the index range
+-- starts at it; the view's order is the index's, so `LIMIT 20` reads 20 entries.
 CREATE VIEW v_stall_list WITH (security_barrier='true') AS
  SELECT u.id AS unit_id,
     u.external_ref,
@@ -2308,6 +2468,9 @@ CREATE TABLE wl_api_tokens (
 );
 
 -- view: wl_disposed_links_now
+-- (from 0017_fold_read_summaries:)
+-- The audit: folded plus pending (the *_now views) against full scans, in one snapshot,
+-- as 0012's comparison did for the tallies alone; 0014's model tallies as they were.
 CREATE VIEW wl_disposed_links_now AS
  SELECT disposition,
     domain,
@@ -2354,6 +2517,8 @@ CREATE TABLE wl_idempotency_keys (
 );
 
 -- table: wl_model_units
+-- (from 0014_keep_cost_by_model:)
+-- Which units have a record of each model, per fleet and domain: a unit counts once.
 CREATE TABLE wl_model_units (
     fleet text NOT NULL,
     domain text NOT NULL,
@@ -2401,6 +2566,9 @@ CREATE TABLE wl_schema_migrations (
 );
 
 -- view: wl_unit_tallies_scan
+-- (from 0012_keep_read_summaries:)
+-- What each tally holds, computed from the tables: the rebuild writes these, the audit
+-- compares the tallies with them. Full scans: for repair and audit, never for a dashboard.
 CREATE VIEW wl_unit_tallies_scan AS
  SELECT domain,
     state,
@@ -2451,6 +2619,9 @@ ALTER TABLE ONLY work_units
 -- ===== Functions =====
 
 -- function: wl_attempt_limit_question(uuid, uuid, attempt_outcome, text)
+-- (from 0011_shape_and_money:)
+-- $1 unit, $2 the attempt ending now, $3 its outcome, $4 its reason: the count, and each
+-- attempt's outcome and reason (a release's reason, or the lapsed lease of a reclaim).
 CREATE FUNCTION wl_attempt_limit_question(target uuid, ending uuid, ending_outcome attempt_outcome, ending_reason text) RETURNS text
     LANGUAGE sql STABLE
     RETURN (SELECT format('Unit %s has failed %s of its %s allowed attempts, so the ledger stopped claiming it. Attempts: %s. Answer to allow %s more attempts (POST /units/%s/unblock), or dispose it DEAD, DEFERRED or DROPPED.'::text, u.external_ref, (u.failed_attempts + 1), u.attempts_allowed, string_agg(format('#%s %s by %s (%s)'::text, a.attempt_no, CASE WHEN (a.id = wl_attempt_limit_question.ending) THEN wl_attempt_limit_question.ending_outcome ELSE a.outcome END, a.agent_id, CASE WHEN (a.id = wl_attempt_limit_question.ending) THEN COALESCE(wl_attempt_limit_question.ending_reason, 'no reason given'::text) ELSE COALESCE((SELECT (e.detail ->> 'reason'::text) FROM work_unit_events e WHERE ((e.unit_id = a.unit_id) AND (e.attempt_id = a.id) AND (e.event_type = 'released'::work_event_type)) LIMIT 1), CASE a.outcome WHEN 'superseded'::attempt_outcome THEN 'its lease lapsed'::text ELSE 'no reason given'::text END) END), '; '::text ORDER BY a.attempt_no), u.max_attempts, u.external_ref) AS format FROM (work_units u JOIN work_unit_attempts a ON (((a.unit_id = u.id) AND ((a.id = wl_attempt_limit_question.ending) OR (a.outcome = ANY (ARRAY['failed'::attempt_outcome, 'abandoned'::attempt_outcome, 'superseded'::attempt_outcome])))))) WHERE (u.id = wl_attempt_limit_question.target) GROUP BY u.id);
@@ -2564,6 +2735,12 @@ ALTER TABLE ONLY work_unit_events
 -- ===== Indexes =====
 
 -- index: blocking_questions_group_idx
+-- (from 0017_fold_read_summaries:)
+-- What /metrics reads of the questions: per assignee group (every group that has had a
+-- question, none open included), the open questions and the oldest one's age, as
+-- v_question_wait's group rows say, from an index: the groups by a skip over it (one probe
+-- per group), then each group's open range. v_question_wait's group rows aggregate every
+-- question (percentiles of the answered ones included) on each read.
 CREATE INDEX blocking_questions_group_idx ON blocking_questions USING btree (assignee_group_slug, status, created_at);
 
 -- index: blocking_questions_status_idx
@@ -2579,12 +2756,18 @@ CREATE INDEX cost_records_attempt_idx ON cost_records USING btree (attempt_id);
 CREATE UNIQUE INDEX event_source_event_id_unique ON work_unit_events USING btree (source_event_id) WHERE (source_event_id IS NOT NULL);
 
 -- index: one_live_attempt_per_unit
+-- (from 0001_create_ledger:)
+-- A unit has at most one running attempt.
 CREATE UNIQUE INDEX one_live_attempt_per_unit ON work_unit_attempts USING btree (unit_id) WHERE (outcome IS NULL);
 
 -- index: one_live_claim_per_agent
+-- (from 0001_create_ledger:)
+-- One agent holds at most one live claim.
 CREATE UNIQUE INDEX one_live_claim_per_agent ON work_units USING btree (claimed_by) WHERE (state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state]));
 
 -- index: one_open_question_per_unit
+-- (from 0001_create_ledger:)
+-- A blocked unit waits on one question at a time.
 CREATE UNIQUE INDEX one_open_question_per_unit ON blocking_questions USING btree (unit_id) WHERE (status = 'open'::question_status);
 
 -- index: token_hash_unique
@@ -2597,6 +2780,8 @@ CREATE INDEX unit_requirements_prerequisite_idx ON unit_requirements USING btree
 CREATE INDEX wl_disposed_links_emptied_idx ON wl_disposed_links USING btree (disposition) WHERE (units = 0);
 
 -- index: wl_idempotency_keys_created_idx
+-- (from 0003_create_tokens_and_idempotency:)
+-- Expiry deletes the oldest records.
 CREATE INDEX wl_idempotency_keys_created_idx ON wl_idempotency_keys USING btree (created_at);
 
 -- index: wl_model_units_unit_idx
@@ -2624,6 +2809,9 @@ CREATE INDEX work_unit_events_unit_idx ON work_unit_events USING btree (unit_id,
 CREATE INDEX work_units_disposition_idx ON work_units USING btree (disposition);
 
 -- index: work_units_held_by_workflow_idx
+-- (from 0009_create_temporal_follow_checkpoints:)
+-- The follower lists the units the projection holds on every pass; this keeps that a
+-- lookup of the few held by workflows, not a scan of every unit the ledger ever had.
 CREATE INDEX work_units_held_by_workflow_idx ON work_units USING btree (workflow_id) WHERE ((state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state, 'blocked'::work_state])) AND (workflow_id IS NOT NULL) AND (claimed_by = ('temporal:'::text || workflow_id)));
 
 -- index: work_units_leased_idx
@@ -2639,12 +2827,23 @@ CREATE INDEX work_units_parent_idx ON work_units USING btree (parent_id) WHERE (
 CREATE INDEX work_units_ready_domain_idx ON work_units USING btree (domain, created_at, id) WHERE (state = 'ready'::work_state);
 
 -- index: work_units_ready_idx
+-- (from 0001_create_ledger:)
+-- Pull-next scans ready units oldest first; stale reclaim scans leases by expiry.
 CREATE INDEX work_units_ready_idx ON work_units USING btree (created_at, id) WHERE (state = 'ready'::work_state);
 
 -- index: work_units_silent_idx
+-- (from 0013_page_units_and_stalls_cheaply:)
+-- Only leased units are in it, and only the silent ones are read (last_heartbeat_at older
+-- than the threshold): a scrape reads the stalled units, not the leased ones.
 CREATE INDEX work_units_silent_idx ON work_units USING btree (last_heartbeat_at, id) INCLUDE (domain) WHERE ((state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state])) AND (last_heartbeat_at IS NOT NULL));
 
 -- index: work_units_unheard_leases_idx
+-- (from 0017_fold_read_summaries:)
+-- v_stall_counts without reading every stalled unit (a year's ledger can hold tens of
+-- thousands, which 0013's index-only count read on every scrape): the leased units per
+-- domain from the tallies, less those heard from within the threshold (a range of the
+-- silent index as long as the live leases) and those never heard from (a partial index no
+-- write path enters: a claim sets the heartbeat). The same snapshot as the tallies.
 CREATE INDEX work_units_unheard_leases_idx ON work_units USING btree (domain) WHERE ((state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state])) AND (last_heartbeat_at IS NULL));
 
 -- index: work_units_waiting_idx
@@ -2683,6 +2882,9 @@ CREATE TRIGGER blocking_questions_notify_closed AFTER UPDATE OF status ON blocki
 CREATE TRIGGER blocking_questions_notify_opened AFTER INSERT ON blocking_questions FOR EACH ROW EXECUTE FUNCTION wl_notify_question();
 
 -- trigger: blocking_questions blocking_questions_notify_routed
+-- (from 0007_route_questions:)
+-- A routing wakes long-polls of GET /questions (routed or not) as an opened question does
+-- (payload `open:<id>`, see 0005); a waiter on the question itself waits for its closing.
 CREATE TRIGGER blocking_questions_notify_routed AFTER UPDATE OF external_task_id ON blocking_questions FOR EACH ROW WHEN ((old.external_task_id IS DISTINCT FROM new.external_task_id)) EXECUTE FUNCTION wl_notify_question();
 
 -- trigger: budget_caps budget_caps_append_only
@@ -2764,6 +2966,8 @@ CREATE CONSTRAINT TRIGGER unit_sums_on_attempt_cost AFTER UPDATE OF cost_cents O
 CREATE CONSTRAINT TRIGGER unit_sums_on_attempt_insert AFTER INSERT ON work_unit_attempts DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wl_check_unit_sums();
 
 -- trigger: work_unit_attempts unit_sums_on_attempt_outcome
+-- (from 0011_shape_and_money:)
+-- Only the outcomes that count: a verify (the hot path) fires nothing here.
 CREATE CONSTRAINT TRIGGER unit_sums_on_attempt_outcome AFTER UPDATE OF outcome ON work_unit_attempts DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((new.outcome = ANY (ARRAY['failed'::attempt_outcome, 'abandoned'::attempt_outcome, 'superseded'::attempt_outcome]))) EXECUTE FUNCTION wl_check_unit_sums();
 
 -- trigger: cost_records unit_sums_on_cost_record
