@@ -3,9 +3,12 @@ loaded from the file, have the same catalog (support/catalog.py says what is com
 
 from __future__ import annotations
 
+import importlib.util
 import uuid
 from collections.abc import AsyncIterator
 from importlib import resources
+from pathlib import Path
+from types import ModuleType
 
 import asyncpg
 import pytest
@@ -116,3 +119,61 @@ async def test_schema_file_check_names_a_changed_function_body_and_the_fix(
     verdict = _verdict(await _catalog(migrated_url), changed)
     assert "function wl_next_states(work_state): differs" in verdict, verdict
     assert REGENERATE in verdict
+
+
+def _schema_dump() -> ModuleType:
+    """scripts/schema_dump.py, loaded from its file (scripts/ is no package)."""
+    path = Path(__file__).resolve().parents[2] / "scripts" / "schema_dump.py"
+    spec = importlib.util.spec_from_file_location("schema_dump", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+DUMP = """--
+-- PostgreSQL database dump
+--
+
+\\restrict {key}
+
+-- Dumped from database version 18.6
+SET statement_timeout = 0;
+SELECT pg_catalog.set_config('search_path', '', false);
+
+--
+-- Name: budgets; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.budgets (
+    id bigint NOT NULL
+);
+
+--
+-- Name: budgets budgets_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.budgets
+    ADD CONSTRAINT budgets_pkey PRIMARY KEY (id);
+
+\\unrestrict {key}
+"""
+
+
+def test_schema_dump_renders_the_same_file_whatever_pg_dumps_random_key() -> None:
+    """The rendering drops what changes from run to run (the restrict key, the dump's
+    banner and settings) and the `public.` prefixes, and quotes the migration's comment."""
+    render = _schema_dump().render
+    why = {("table", "budgets"): ("0011_shape_and_money", ["-- A budget caps a fleet."])}
+    first, second = render(DUMP.format(key="abc"), why), render(DUMP.format(key="xyz"), why)
+    assert first == second
+    body = first.split("===== Tables, sequences and views =====", 1)[1]
+    assert body.startswith(
+        "\n\n-- table: budgets\n-- (from 0011_shape_and_money:)\n-- A budget caps a fleet.\n"
+        "CREATE TABLE budgets (\n"
+    )
+    assert "-- ===== Constraints =====\n\n-- constraint: budgets budgets_pkey\n" in body
+    assert "public." not in body
+    assert "restrict" not in first
+    assert "SET statement_timeout" not in first
