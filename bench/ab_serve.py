@@ -34,7 +34,7 @@ import asyncpg
 
 from bench import httpbench
 from bench.claims import seed_ledger
-from bench.harness import Operation, Server, measure, start_embedded
+from bench.harness import Operation, Server, free_port, measure, start_embedded
 
 _WINDOWS = itertools.count()
 
@@ -43,7 +43,7 @@ _WINDOWS = itertools.count()
 async def serve(
     bin_dir: Path, url: str, home: Path, extra_env: dict[str, str]
 ) -> AsyncIterator[httpbench.AppProcess]:
-    port = httpbench.free_port()
+    port = free_port()
     env = dict(os.environ, WL_DATABASE_URL=url, WL_HOME=str(home), WL_SECRET=httpbench.SECRET)
     env.update(extra_env)
     log = (home / f"serve-{port}.log").open("ab")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -352,3 +353,9 @@ def median_of(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def load_average() -> tuple[float, float, float]:
     return os.getloadavg()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import diagnose, endurance, httpbench, scale
+from bench import diagnose, endurance, scale
 
 
 def _n(x: Any, digits: int = 0) -> str:
@@ -34,6 +34,28 @@ def claims_table(claims: dict[str, Any]) -> list[str]:
             )
     lines += ["", "What one item's measured loop includes:", ""]
     lines += [f"- `{name}`: {cfg['loop']}" for name, cfg in claims["configs"].items()]
+    return lines
+
+
+def http_table(http: dict[str, Any]) -> list[str]:
+    lines = [
+        "## HTTP (median of the repetitions)",
+        "",
+        "| config | c | items/s | claim p50 ms | claim p99 ms | client CPU % | app CPU % "
+        "| server CPU % | other CPU % | app ms/item | DB conns | app RSS MB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, by_c in http["median"].items():
+        for c, m in by_c.items():
+            lines.append(
+                f"| {name} | {c} | {m['items_per_s']:,.0f} | {m['claim_p50_ms']:.2f} "
+                f"| {m['claim_p99_ms']:.2f} | {m['client_cpu_pct']:.0f} | {m['app_cpu_pct']:.0f} "
+                f"| {m['server_cpu_pct']:.0f} | {m['other_cpu_pct']:.0f} "
+                f"| {m['app_cpu_ms_per_item']:.3f} | {m['db_connections']:.0f} "
+                f"| {m['app_rss_mb']:.0f} |"
+            )
+    lines += ["", "What one item's measured loop includes:", ""]
+    lines += [f"- `{name}`: {cfg['loop']}" for name, cfg in http["configs"].items()]
     return lines
 
 
@@ -101,7 +123,7 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
         if "plans" in diag:
             lines += ["", *diagnose.markdown(diag["plans"])]
     if "http" in result:
-        lines += ["", *httpbench.markdown(result["http"])]
+        lines += ["", *http_table(result["http"])]
     if "scale" in result:
         lines += ["", *scale.markdown(result["scale"])]
     if "longpoll" in result or "soak" in result:

@@ -48,6 +48,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from bench.harness import free_port
 from work_ledger.db.connect import create_pool, ensure_database, with_database
 from work_ledger.db.store import Store
 from work_ledger.domain.model import Actor, NewUnit
@@ -81,13 +82,6 @@ class BenchMigrate:
         if wait:
             await workflow.wait_condition(lambda: self.go)
         return {"evidence_url": EVIDENCE}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager
