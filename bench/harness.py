@@ -60,6 +60,24 @@ def start_embedded(home: Path) -> str:
     return embedded_server_url(home)
 
 
+def server_url(home: Path) -> str:
+    """The admin URL of the server to measure on: WL_DATABASE_URL's (a user who may CREATE
+    DATABASE: the benchmark makes databases of its own there, named bench_*), else the
+    embedded server started under `home`."""
+    return os.environ.get("WL_DATABASE_URL") or start_embedded(home)
+
+
+async def recreated(admin_url: str, name: str) -> str:
+    """Database `name` made anew on the admin URL's server; its URL."""
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return with_database(admin_url, name)
+
+
 @dataclass
 class Server:
     """The PostgreSQL server the benchmark runs against, and the CPU its processes use."""

@@ -128,4 +128,8 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
         lines += ["", *scale.markdown(result["scale"])]
     if "longpoll" in result or "soak" in result:
         lines += ["", *endurance.markdown(result)]
+    for name, program in result.get("programs", {}).items():
+        verdict = "ran" if program["exit"] == 0 else f"FAILED (exit {program['exit']})"
+        lines += ["", f"## {name}: `{program['command']}` {verdict} in {program['seconds']} s"]
+        lines += ["", "```", *program["output"][-30:], *program["errors"], "```"]
     return "\n".join(lines) + "\n"
