@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import diagnose, endurance, scale
+from bench import ab, diagnose, endurance, scale
 
 
 def _n(x: Any, digits: int = 0) -> str:
@@ -67,6 +67,11 @@ def goals_table(goals: list[dict[str, Any]]) -> list[str]:
 
 
 def markdown(result: dict[str, Any], json_name: str) -> str:
+    if "against" in result:
+        return "\n".join(
+            [f"Run started {result['started_at']}; command `{result['command']}`; raw JSON "
+             f"`{json_name}`; machine {result['machine']}.", "", *ab.markdown(result["against"])]
+        )  # fmt: skip
     m, pg = result["machine"], result["postgres"]
     lines = [
         f"Run started {result['started_at']}, finished {result.get('finished_at')}; "

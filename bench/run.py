@@ -30,7 +30,7 @@ from typing import Any
 import asyncpg
 import psutil
 
-from bench import claims, diagnose, endurance, goals, httpbench, report, scale
+from bench import ab, claims, diagnose, endurance, goals, httpbench, report, scale
 from bench.harness import Server, load_average, measure, median_of, server_url
 from work_ledger.db.connect import with_database
 from work_ledger.runtime import migrate_database
@@ -81,6 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--events", type=int, default=0, help="event-log size (default by mode)")
     p.add_argument("--quick", action="store_true", help="smaller sizes (documented in README)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, c=1,16, one repetition")
+    p.add_argument("--against", default="", help="A/B: this build against git revision REV")
+    p.add_argument("--life", action="store_true", help="--against: the life, not claim+start")
+    p.add_argument("--keyed", action="store_true", help="--against: keyed requests")
     p.add_argument("--out", default=str(HERE / "results"), help="where the JSON goes")
     p.add_argument("--markdown", default="", help="also write the Markdown table here")
     args = p.parse_args(argv)
@@ -244,6 +247,15 @@ def machine() -> dict[str, Any]:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     started = dt.datetime.now(dt.UTC)
+    if args.against:
+        return {
+            "started_at": started.isoformat(timespec="seconds"),
+            "command": " ".join(["python", "-m", "bench.run", *sys.argv[1:]]),
+            "machine": machine(),
+            "product": product_version(),
+            "against": await ab.against(args.against, args),
+            "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
     server = await admin_server()
     await build_templates(server)
     result: dict[str, Any] = {
