@@ -16,10 +16,11 @@ import pytest
 
 from work_ledger.db.store import Store
 from work_ledger.domain.model import Actor, Claim, NewUnit
-from work_ledger.errors import InvariantViolation, WorkLedgerError
+from work_ledger.errors import ExternalRefTaken, InvariantViolation, WorkLedgerError
 from work_ledger.service.idempotency import Outcome
 from work_ledger.service.keyed import Key, KeyedWrites, Keying, Look
 from work_ledger.service.ledger import Ledger
+from work_ledger.service.shape import NewChild
 
 # Round trips of a keyed write whose write is one statement: BEGIN with the reservation,
 # the statement, the outcome with COMMIT (docs/request-path.md).
@@ -169,3 +170,32 @@ async def _held(writes: KeyedWrites) -> list[uuid.UUID]:
         "SELECT id FROM work_units WHERE claimed_by = $1", AGENT.name
     )
     return [row["id"] for row in rows]
+
+
+async def test_a_refusal_caught_midway_runs_the_write_again_with_savepoints(
+    counted: tuple[KeyedWrites, RoundTrips],
+) -> None:
+    """A split whose child ref is taken: the ledger catches the database's refusal and reads
+    which refs are taken. Without a savepoint that read would fail, so the write runs again
+    with savepoints, and the refusal naming the refs is stored with the key."""
+    writes, trips = counted
+    await writes.run(_key("claim"), Keying.RERUNNABLE, lambda svc: svc.claim(AGENT.name), _answer)
+    [unit_id] = await _held(writes)
+    await writes.run(
+        _key("start"), Keying.ATOMIC, lambda svc: svc.start(str(unit_id), AGENT), _answer
+    )
+    trips.take()
+
+    async def split(svc: Ledger) -> Any:
+        children = [NewChild("child-1"), NewChild("u-2")]  # u-2 is registered already
+        return await svc.split(str(unit_id), children, AGENT)
+
+    with pytest.raises(ExternalRefTaken) as refused:
+        await writes.run(_key("split"), Keying.ATOMIC, split, _answer)
+    assert refused.value.extra == {"external_refs": ["u-2"]}
+    sent = trips.take()
+    assert "ROLLBACK" in sent, sent  # the first try, without savepoints
+    assert any("SAVEPOINT" in query for query in sent), sent  # the second, with them
+    again = await writes.run(_key("split"), Keying.ATOMIC, split, _answer)
+    assert again.replayed
+    assert again.outcome == _refusal(refused.value)
