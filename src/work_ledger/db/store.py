@@ -90,9 +90,10 @@ def translate(exc: Exception) -> WorkLedgerError | None:
 
 
 class NeedsSavepoints(Exception):
-    """A refusal that its caller catches and goes on from, met in a transaction without
-    savepoints: the refusal aborted the transaction, so the work must run again in one
-    whose statements run in savepoints (`Store.recovering`)."""
+    """A statement sent after a refusal in a transaction without savepoints: the refusal
+    aborted the transaction, and its caller caught it and went on (a race the ledger
+    resolves by looking again). The work must run again in a transaction whose statements
+    run in savepoints."""
 
 
 def commands(name: str, values: dict[str, object]) -> str:
@@ -132,9 +133,10 @@ class Store:
     serialization failure, so it is run again (a few times) before giving up. Inside a
     transaction it is not: the transaction's owner decides. There, with `savepoints`, each
     statement runs in a savepoint, so that a statement the database refuses leaves the
-    transaction usable for a caller that catches the refusal and goes on; without, such a
-    caller calls `recovering`, and the work is run again with savepoints. Savepoints are
-    plain commands, so they work in a transaction begun by asyncpg or by `begin`.
+    transaction usable for a caller that catches the refusal and goes on; without, the
+    next statement of such a caller raises `NeedsSavepoints`, and the transaction's owner
+    runs the work again with savepoints. Savepoints are plain commands, so they work in a
+    transaction begun by asyncpg or by `begin`.
 
     Callers take the pool's connections in turn, in arrival order (`turns`, a semaphore
     of the pool's size): asyncpg's pool queues its waiters in an asyncio.Queue, where a
@@ -159,12 +161,6 @@ class Store:
     def on(self, conn: Connection, *, savepoints: bool = False) -> Store:
         """These statements on `conn`, a connection of this pool in a transaction."""
         return Store(self.pool, conn=conn, savepoints=savepoints, turns=self.turns)
-
-    def recovering(self, exc: WorkLedgerError) -> None:
-        """Called where a refusal is caught and the work goes on: in a transaction without
-        a savepoint the refusal aborted it, so say that it must run again with savepoints."""
-        if self.conn is not None and not self.savepoints:
-            raise NeedsSavepoints(str(exc)) from exc
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
@@ -229,7 +225,10 @@ class Store:
         assert self.conn is not None
         try:
             if not self.savepoints:
-                return await method(QUERIES[name], *args)
+                try:
+                    return await method(QUERIES[name], *args)
+                except asyncpg.InFailedSQLTransactionError as exc:
+                    raise NeedsSavepoints(f"{name} after a refusal caught") from exc
             await self.conn.execute("SAVEPOINT wl_statement")
             try:
                 result = await method(QUERIES[name], *args)
@@ -283,7 +282,11 @@ class OpenTransaction:
         """Run the named commands `name` (`commands`), which end with COMMIT: one round
         trip. If one fails, those after it do not run and `end` rolls back."""
         async with translated_errors():
-            await self.conn.execute(commands(name, values))
+            try:
+                await self.conn.execute(commands(name, values))
+            except asyncpg.InFailedSQLTransactionError as exc:
+                # A refusal was caught and the work went on without another statement.
+                raise NeedsSavepoints(f"{name} after a refusal caught") from exc
 
     async def end(self) -> None:
         """Roll back (nothing to do after a commit) and give the connection back. A dead

@@ -22,10 +22,10 @@ Outcomes the ledger decided are stored: a success, and a refusal by one of its r
 (409), which is stored and then raised as usual. The write's statements run without
 savepoints: a refused statement wrote nothing, so the transaction rolls back and the
 refusal is stored on its own. Only where the ledger catches a refusal and goes on (a race
-it resolves: `Store.recovering`) does the write run again with savepoints. Anything else
-(bad input, auth, a server error) ran nothing: it rolls back and frees the key. The
-answer's bytes come from the caller (`answer`, `refusal`), so that a replay is the first
-answer, byte for byte.
+it resolves by looking again: `NeedsSavepoints`) does the write run again with savepoints.
+Anything else (bad input, auth, a server error) ran nothing: it rolls back and frees the
+key. The answer's bytes come from the caller (`answer`, `refusal`), so that a replay is the
+first answer, byte for byte.
 """
 
 from __future__ import annotations

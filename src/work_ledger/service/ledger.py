@@ -93,7 +93,6 @@ class Ledger(ShapeWrites, BudgetWrites):
             # below finds that claim held and returns it, resumed.
             if exc.invariant != "one_live_claim_per_agent":
                 raise
-            self.store.recovering(exc)
         row = await self._claim(agent, domain, lease, None)
         return Claim(None, None) if row is None else self._to_claim(row)
 
@@ -114,7 +113,6 @@ class Ledger(ShapeWrites, BudgetWrites):
         except InvariantViolation as exc:
             if exc.invariant != "one_live_claim_per_agent":
                 raise
-            self.store.recovering(exc)
             # The same agent claimed twice at once and the other claim won: this one now
             # finds that claim held and returns it, resumed.
             return await self.store.fetchrow("claim_unit", agent, domain, lease, unit_id)
@@ -316,7 +314,6 @@ class Ledger(ShapeWrites, BudgetWrites):
         except InvariantViolation as exc:
             if exc.invariant != "one_live_claim_per_agent":
                 raise
-            self.store.recovering(exc)
             raise await self._holder_busy(unit_id, question_id) from exc
         if row is not None:
             return row

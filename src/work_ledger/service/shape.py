@@ -91,7 +91,6 @@ class ShapeWrites(LedgerReads):
                 # it refused itself whole (0018). Run again: it now sees that unit.
                 if exc.invariant != "unit_registered_concurrently":
                     raise
-                self.store.recovering(exc)
                 if not tries_left:
                     # Not a decided refusal (a 409 would be kept under the key and replayed):
                     # a 503, and the same request again under the same key runs it anew.
@@ -136,7 +135,6 @@ class ShapeWrites(LedgerReads):
         except InvariantViolation as exc:
             if exc.invariant != "unit_external_ref_unique":
                 raise
-            self.store.recovering(exc)
             raise await self._taken(refs) from exc
         if not rows:
             raise await self._refused(unit_id, actor, "split", [State.IN_PROGRESS], attempt_id)
