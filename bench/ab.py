@@ -72,7 +72,7 @@ async def serve(
     cmd = [str(bin_dir / "work-ledger"), "serve", "--port", str(port)]
     proc = await asyncio.create_subprocess_exec(*cmd, env=env, stdout=log, stderr=log)
     try:
-        for _ in range(300):
+        for _ in range(900):  # 180 s: a loaded machine starts serve slowly
             with contextlib.suppress(OSError, asyncio.IncompleteReadError, ValueError):
                 probe = httpbench.MiniHttp(port, {})
                 await probe.open()

@@ -124,7 +124,7 @@ async def app_process(kind: str, url: str, home: Path) -> AsyncIterator[AppProce
     log = (home / f"{kind}-{port}.log").open("ab")
     proc = await asyncio.create_subprocess_exec(*cmd, env=env, stdout=log, stderr=log)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a loaded machine starts serve slowly
         while True:
             with contextlib.suppress(OSError, asyncio.IncompleteReadError, ValueError):
                 probe = MiniHttp(port, {})
