@@ -233,7 +233,9 @@ class Store:
             try:
                 result = await method(QUERIES[name], *args)
             except asyncpg.PostgresError:
-                await self.conn.execute("ROLLBACK TO SAVEPOINT wl_statement")
+                await self.conn.execute(
+                    "ROLLBACK TO SAVEPOINT wl_statement; RELEASE SAVEPOINT wl_statement"
+                )
                 raise
             await self.conn.execute("RELEASE SAVEPOINT wl_statement")
             return result
