@@ -51,7 +51,7 @@ def build(rev: str, into: Path) -> Path:
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(source)], input=tree, check=True)
     subprocess.run(
-        ["uv", "sync", "--frozen", "--no-dev", "--project", str(source)],
+        ["uv", "sync", "--frozen", "--all-extras", "--no-dev", "--project", str(source)],
         check=True,
         env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"},
     )
