@@ -199,3 +199,31 @@ async def test_a_refusal_caught_midway_runs_the_write_again_with_savepoints(
     again = await writes.run(_key("split"), Keying.ATOMIC, split, _answer)
     assert again.replayed
     assert again.outcome == _refusal(refused.value)
+
+
+async def test_a_keyed_registration_and_heartbeat_take_three_round_trips(
+    counted: tuple[KeyedWrites, RoundTrips],
+) -> None:
+    writes, trips = counted
+    operator = Actor("op", privileged=True)
+    batch = [NewUnit(f"batch-{n}", "fleet") for n in range(50)]
+    registered = await writes.run(
+        _key("register"), Keying.ATOMIC, lambda svc: svc.register(batch, operator), _answer
+    )
+    assert registered.outcome.status == 200
+    assert len(trips.take()) == BUDGET
+    await writes.run(_key("claim"), Keying.RERUNNABLE, lambda svc: svc.claim(AGENT.name), _answer)
+    [attempt_id] = await _held_attempts(writes)
+    trips.take()
+    beat = await writes.run(
+        _key("beat"), Keying.ATOMIC, lambda svc: svc.heartbeat(attempt_id, AGENT), _answer
+    )
+    assert beat.outcome.status == 200
+    assert len(trips.take()) == BUDGET
+
+
+async def _held_attempts(writes: KeyedWrites) -> list[uuid.UUID]:
+    rows = await writes.ledger.store.pool.fetch(
+        "SELECT id FROM work_unit_attempts WHERE agent_id = $1 AND ended_at IS NULL", AGENT.name
+    )
+    return [row["id"] for row in rows]
