@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,17 +34,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 import mcp
+from bench.harness import free_port
 
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
 MB = 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def rss_mb(pid: int) -> float:

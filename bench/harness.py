@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -46,17 +47,32 @@ asyncio.run(main())
 
 
 def start_embedded(home: Path) -> str:
-    """Start the embedded server under `home`, sized for the benchmark; return its admin URL.
-
-    A first short-lived process initialises the data directory and raises max_connections
-    (which needs a restart); when it exits, the server stops with it, and this process
-    starts it again with the setting in force.
-    """
+    """Start the embedded server under `home`, sized for the benchmark; its admin URL. A
+    short-lived process first initialises it and raises max_connections (which needs a
+    restart); when it exits, the server stops, and this process starts it again."""
     from work_ledger.embedded.server import embedded_server_url
 
     script = _CONFIGURE.replace("{max_connections}", str(MAX_CONNECTIONS))
     subprocess.run([sys.executable, "-c", script, str(home)], check=True)
     return embedded_server_url(home)
+
+
+def server_url(home: Path) -> str:
+    """The admin URL of the server to measure on: WL_DATABASE_URL's (a user who may CREATE
+    DATABASE: the benchmark makes databases of its own there, named bench_*), else the
+    embedded server started under `home`."""
+    return os.environ.get("WL_DATABASE_URL") or start_embedded(home)
+
+
+async def recreated(admin_url: str, name: str) -> str:
+    """Database `name` made anew on the admin URL's server; its URL."""
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return with_database(admin_url, name)
 
 
 @dataclass
@@ -352,3 +368,31 @@ def median_of(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def load_average() -> tuple[float, float, float]:
     return os.getloadavg()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, seconds: float = 60.0) -> None:
+    """Return once something listens on `port` of this machine."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+async def gather_limited(coros: Sequence[Awaitable[Any]], limit: int = 32) -> list[Any]:
+    """`asyncio.gather`, at most `limit` at a time."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(c: Awaitable[Any]) -> Any:
+        async with gate:
+            return await c
+
+    return await asyncio.gather(*(one(c) for c in coros))

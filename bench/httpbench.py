@@ -2,6 +2,8 @@
 endpoint (bench/asgi_raw.py under the same uvicorn settings) running the hand-written
 statements. Both get the same requests from the same minimal keep-alive HTTP/1.1 client
 (a few lines over asyncio streams, so the client's own cost stays small on two cores).
+The `_keyed` configurations send what agents send: the SDK puts a fresh Idempotency-Key on
+every write (client/_calls.py), which serve runs as a keyed write (docs/request-path.md).
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,7 +26,7 @@ import asyncpg
 import psutil
 
 from bench.claims import EVIDENCE, seed_ledger
-from bench.harness import Operation, Server, measure, median_of, process_tree_cpu
+from bench.harness import Operation, Server, free_port, measure, median_of, process_tree_cpu
 from work_ledger.config import DEFAULT_POOL_SIZE
 from work_ledger.db.connect import create_pool, with_database
 from work_ledger.runtime import migrate_database
@@ -93,12 +96,6 @@ def process_cpu(app: AppProcess) -> float:
     return process_tree_cpu(app.ps)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class AppProcess:
     process: asyncio.subprocess.Process
@@ -127,7 +124,7 @@ async def app_process(kind: str, url: str, home: Path) -> AsyncIterator[AppProce
     log = (home / f"{kind}-{port}.log").open("ab")
     proc = await asyncio.create_subprocess_exec(*cmd, env=env, stdout=log, stderr=log)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a loaded machine starts serve slowly
         while True:
             with contextlib.suppress(OSError, asyncio.IncompleteReadError, ValueError):
                 probe = MiniHttp(port, {})
@@ -201,7 +198,12 @@ def _ids(claim: Any) -> tuple[str, str] | None:
     return claim["unit"]["id"], claim["attempt"]["id"]
 
 
-def claim_finish_ops(clients: list[MiniHttp]) -> list[Operation]:
+def _key(keyed: bool) -> str:
+    """A fresh Idempotency-Key header per write, as the SDK sends (or none)."""
+    return f"Idempotency-Key: {uuid.uuid4()}\r\n" if keyed else ""
+
+
+def claim_finish_ops(clients: list[MiniHttp], keyed: bool = False) -> list[Operation]:
     """Claim, then start; each item by a sub-agent of its own (X-WL-Agent)."""
 
     def op_for(i: int, client: MiniHttp) -> Operation:
@@ -210,14 +212,13 @@ def claim_finish_ops(clients: list[MiniHttp]) -> list[Operation]:
         async def op() -> float | None:
             sub = f"X-WL-Agent: bench-agent-{i}/{next(counter)}\r\n"
             t0 = time.perf_counter()
-            ids = _ids(await client.post("/units/claim", {}, sub))
+            ids = _ids(await client.post("/units/claim", {}, sub + _key(keyed)))
             latency = time.perf_counter() - t0
             if ids is None:
                 return None
             unit, attempt = ids
-            await client.post(
-                f"/units/{unit}/transition", {"to": "in_progress", "attempt_id": attempt}, sub
-            )
+            start = {"to": "in_progress", "attempt_id": attempt}
+            await client.post(f"/units/{unit}/transition", start, sub + _key(keyed))
             return latency
 
         return op
@@ -238,37 +239,34 @@ BY_MODEL = {
 }
 
 
-def life_ops(clients: list[MiniHttp], cost: dict[str, Any] = CENTS_ONLY) -> list[Operation]:
+def life_ops(
+    clients: list[MiniHttp], cost: dict[str, Any] = CENTS_ONLY, keyed: bool = False
+) -> list[Operation]:
     """Claim, start, cost, verify, dispose MIGRATED; the token's own agent."""
 
     def op_for(client: MiniHttp) -> Operation:
         async def op() -> float | None:
             t0 = time.perf_counter()
-            ids = _ids(await client.post("/units/claim", {}))
+            ids = _ids(await client.post("/units/claim", {}, _key(keyed)))
             latency = time.perf_counter() - t0
             if ids is None:
                 return None
             unit, attempt = ids
-            await client.post(
-                f"/units/{unit}/transition", {"to": "in_progress", "attempt_id": attempt}
-            )
-            await client.post(f"/attempts/{attempt}/cost", cost)
-            await client.post(
-                f"/units/{unit}/transition",
-                {"to": "verified", "evidence_url": EVIDENCE, "attempt_id": attempt},
-            )
-            await client.post(
-                f"/units/{unit}/dispose", {"disposition": "MIGRATED", "attempt_id": attempt}
-            )
+            for path, body in (
+                (f"/units/{unit}/transition", {"to": "in_progress", "attempt_id": attempt}),
+                (f"/attempts/{attempt}/cost", cost),
+                (
+                    f"/units/{unit}/transition",
+                    {"to": "verified", "evidence_url": EVIDENCE, "attempt_id": attempt},
+                ),
+                (f"/units/{unit}/dispose", {"disposition": "MIGRATED", "attempt_id": attempt}),
+            ):
+                await client.post(path, body, _key(keyed))
             return latency
 
         return op
 
     return [op_for(c) for c in clients]
-
-
-def life_by_model_ops(clients: list[MiniHttp]) -> list[Operation]:
-    return life_ops(clients, BY_MODEL)
 
 
 # 998 budgets of other fleets, and a fleet-wide and a domain budget over the seeded fleet,
@@ -282,49 +280,47 @@ UNION ALL SELECT 'bench', domain, 1000000000000 FROM (SELECT DISTINCT domain FRO
 # What a window's database gets beside its backlog.
 EXTRA_SEED = {"http_claim_budget": BUDGETS}
 
+CLAIM_LOOP = "2 requests, 2 commits: POST /units/claim, then POST /units/{id}/transition to "
+LIFE_LOOP = "5 requests, 5 commits: claim, start, cost, verify, dispose MIGRATED "
+KEYED = ", each with a fresh Idempotency-Key, as the SDK sends"
+# name: (app, operations, backlog, what one item's measured loop includes)
 CONFIGS = {
     "http_claim": (
         "serve",
         claim_finish_ops,
         20_000,
-        "2 requests, 2 commits: POST /units/claim, then POST /units/{id}/transition "
-        "to in_progress, through `work-ledger serve` (token auth, validation, service); "
-        "a sub-agent per item",
+        CLAIM_LOOP + "in_progress through "
+        "`work-ledger serve` (token auth, validation, service); a sub-agent per item",
+    ),
+    "http_claim_keyed": (
+        "serve",
+        partial(claim_finish_ops, keyed=True),
+        20_000,
+        "http_claim" + KEYED,
     ),
     "asgi_raw_claim": (
         "bare",
         claim_finish_ops,
         20_000,
-        "2 requests, 2 commits: the same requests to a bare ASGI app running the "
-        "hand-written claim CTE and finish statement (a pool as large as serve's)",
+        CLAIM_LOOP + "in_progress to a bare "
+        "ASGI app: the hand-written claim CTE and finish (serve's pool size)",
     ),
     "http_claim_budget": (
         "serve",
         claim_finish_ops,
         20_000,
-        "http_claim with 1,000 budgets defined, a fleet-wide and a domain one over the "
-        "claimed units (caps far from spent: every claim checks them, none stops it)",
+        "http_claim with 1,000 budgets, "
+        "a fleet-wide and a domain one over the claimed units, far from spent",
     ),
-    "http_life": (
-        "serve",
-        life_ops,
-        8_000,
-        "5 requests, 5 commits: claim, start, cost, verify, dispose MIGRATED through serve; "
-        "one token (agent) per worker",
-    ),
+    "http_life": ("serve", life_ops, 8_000, LIFE_LOOP + "through serve; a token per worker"),
+    "http_life_keyed": ("serve", partial(life_ops, keyed=True), 8_000, "http_life" + KEYED),
     "http_life_by_model": (
         "serve",
-        life_by_model_ops,
+        partial(life_ops, cost=BY_MODEL),
         8_000,
-        "http_life with the cost record of a Claude Code result: model, four token counts, "
-        "estimated (http_life records cents alone)",
+        "http_life with a Claude Code result's cost record: model, four token counts",
     ),
-    "asgi_raw_life": (
-        "bare",
-        life_ops,
-        8_000,
-        "5 requests, 5 commits: the same requests to the bare ASGI app (hand-written statements)",
-    ),
+    "asgi_raw_life": ("bare", life_ops, 8_000, LIFE_LOOP + "to the bare ASGI app"),
 }
 
 
@@ -401,25 +397,3 @@ async def run(
         "runs": runs,
         "median": {name: {c: median_of(v) for c, v in by_c.items()} for name, by_c in runs.items()},
     }
-
-
-def markdown(http: dict[str, Any]) -> list[str]:
-    lines = [
-        "## HTTP (median of the repetitions)",
-        "",
-        "| config | c | items/s | claim p50 ms | claim p99 ms | client CPU % | app CPU % "
-        "| server CPU % | other CPU % | app ms/item | DB conns | app RSS MB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, by_c in http["median"].items():
-        for c, m in by_c.items():
-            lines.append(
-                f"| {name} | {c} | {m['items_per_s']:,.0f} | {m['claim_p50_ms']:.2f} "
-                f"| {m['claim_p99_ms']:.2f} | {m['client_cpu_pct']:.0f} | {m['app_cpu_pct']:.0f} "
-                f"| {m['server_cpu_pct']:.0f} | {m['other_cpu_pct']:.0f} "
-                f"| {m['app_cpu_ms_per_item']:.3f} | {m['db_connections']:.0f} "
-                f"| {m['app_rss_mb']:.0f} |"
-            )
-    lines += ["", "What one item's measured loop includes:", ""]
-    lines += [f"- `{name}`: {cfg['loop']}" for name, cfg in http["configs"].items()]
-    return lines

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import httpbench
-from bench.harness import Server, start_embedded
+from bench.harness import Server, server_url
 
 STALLS = (
     b"",
@@ -66,7 +66,7 @@ async def _healthz_ms(port: int) -> float:
 
 async def main(stalled: int) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="wl-bench-limits-"))
-    server = await Server.attach(start_embedded(home / "pg"))
+    server = await Server.attach(server_url(home / "pg"))
     await httpbench.build_token_template(server, 1, home)
     out: dict[str, Any] = {"stalled": stalled}
     async with (

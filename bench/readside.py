@@ -6,7 +6,6 @@ a dashboard, `/metrics` and `work-ledger report` read from it, before and after 
     uv run --group bench python -m bench.readside migrate --home /tmp/wl-readside
     uv run --group bench python -m bench.readside time --home /tmp/wl-readside --label after
     uv run --group bench python -m bench.readside write --home /tmp/wl-readside
-    uv run --group bench python -m bench.readside wal --home /tmp/wl-readside
     uv run --group bench python -m bench.readside table before.json after.json write.json
 
 `fill` makes database `readside` on the embedded server under `--home` (or on
@@ -16,9 +15,7 @@ before the change), and writes the estate with generate_series (`bench/readside.
 times each query (median of `--reps` after one unmeasured run), the first and the warm
 `/metrics` read, and `work-ledger report` at 80 columns as a person runs it. `write` (in
 `bench/readside_write.py`) measures the write path's statements with and without the
-summaries' triggers, side by side; `wal` (`bench/readside_wal.py`) what each adds to the
-WAL of a life, per relation, steady and after a checkpoint. `table` writes the markdown
-of the runs given.
+summaries' triggers, side by side. `table` writes the markdown of the runs given.
 """
 
 from __future__ import annotations
@@ -298,7 +295,7 @@ def _write_table(run: dict[str, Any]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=["fill", "migrate", "time", "write", "wal", "table"])
+    parser.add_argument("step", choices=["fill", "migrate", "time", "write", "table"])
     parser.add_argument("files", nargs="*", type=Path, help="`table`: the runs' JSON files")
     parser.add_argument("--home", type=Path, default=Path("/tmp/wl-readside"))
     parser.add_argument("--units", type=int, default=1_000_000)
@@ -327,10 +324,6 @@ def main() -> None:
         from bench.readside_write import measure_write
 
         result = asyncio.run(measure_write(url, windows=args.windows))
-    elif args.step == "wal":
-        from bench.readside_wal import measure_wal
-
-        result = asyncio.run(measure_wal(url))
     else:
         result = asyncio.run(time_reads(url, label=args.label, reps=args.reps))
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")

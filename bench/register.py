@@ -30,9 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import load_average, start_embedded
+from bench.harness import load_average, recreated, server_url
 from bench.httpbench import MiniHttp, app_process, mint_token
-from work_ledger.db.connect import ensure_database, with_database
 from work_ledger.runtime import migrate_database
 
 HERE = Path(__file__).resolve().parent
@@ -87,9 +86,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="wl-bench-register-"))
     # Registered before the server starts, so it runs after the server has stopped.
     atexit.register(shutil.rmtree, home, True)
-    admin = start_embedded(home / "pg")
-    await ensure_database(admin, "register")
-    url = with_database(admin, "register")
+    url = await recreated(server_url(home / "pg"), "bench_register")
     await migrate_database(url)
     token = await mint_token(url, home, "operator", "bench-operator")
     result: dict[str, Any] = {

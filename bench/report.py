@@ -1,10 +1,23 @@
-"""The Markdown rendering of one run's JSON."""
+"""The Markdown rendering of one run's JSON, or of several (later files add their sections).
+
+    python -m bench.report [--pool] bench/results/run-A.json [bench/results/run-B.json]
+
+With several files, each section is taken from the last file that has it, and the goals
+and ratios are recomputed over the merged figures; the header names every source run.
+With `--pool`, the runs measured the same code: every repetition of every run counts, each
+figure the median of them all (a steadier verdict than one run's three repetitions, when
+the machine's speed drifts by ±10 % between runs).
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
-from bench import diagnose, endurance, httpbench, scale
+from bench import ab, diagnose, endurance, goals, scale
+from bench.harness import median_of
 
 
 def _n(x: Any, digits: int = 0) -> str:
@@ -37,6 +50,28 @@ def claims_table(claims: dict[str, Any]) -> list[str]:
     return lines
 
 
+def http_table(http: dict[str, Any]) -> list[str]:
+    lines = [
+        "## HTTP (median of the repetitions)",
+        "",
+        "| config | c | items/s | claim p50 ms | claim p99 ms | client CPU % | app CPU % "
+        "| server CPU % | other CPU % | app ms/item | DB conns | app RSS MB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, by_c in http["median"].items():
+        for c, m in by_c.items():
+            lines.append(
+                f"| {name} | {c} | {m['items_per_s']:,.0f} | {m['claim_p50_ms']:.2f} "
+                f"| {m['claim_p99_ms']:.2f} | {m['client_cpu_pct']:.0f} | {m['app_cpu_pct']:.0f} "
+                f"| {m['server_cpu_pct']:.0f} | {m['other_cpu_pct']:.0f} "
+                f"| {m['app_cpu_ms_per_item']:.3f} | {m['db_connections']:.0f} "
+                f"| {m['app_rss_mb']:.0f} |"
+            )
+    lines += ["", "What one item's measured loop includes:", ""]
+    lines += [f"- `{name}`: {cfg['loop']}" for name, cfg in http["configs"].items()]
+    return lines
+
+
 def goals_table(goals: list[dict[str, Any]]) -> list[str]:
     lines = ["| goal | measured | bound | verdict |", "|---|---:|---|---|"]
     for g in goals:
@@ -45,6 +80,11 @@ def goals_table(goals: list[dict[str, Any]]) -> list[str]:
 
 
 def markdown(result: dict[str, Any], json_name: str) -> str:
+    if "against" in result:
+        return "\n".join(
+            [f"Run started {result['started_at']}; command `{result['command']}`; raw JSON "
+             f"`{json_name}`; machine {result['machine']}.", "", *ab.markdown(result["against"])]
+        )  # fmt: skip
     m, pg = result["machine"], result["postgres"]
     lines = [
         f"Run started {result['started_at']}, finished {result.get('finished_at')}; "
@@ -101,9 +141,73 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
         if "plans" in diag:
             lines += ["", *diagnose.markdown(diag["plans"])]
     if "http" in result:
-        lines += ["", *httpbench.markdown(result["http"])]
+        lines += ["", *http_table(result["http"])]
     if "scale" in result:
         lines += ["", *scale.markdown(result["scale"])]
     if "longpoll" in result or "soak" in result:
         lines += ["", *endurance.markdown(result)]
+    for name, program in result.get("programs", {}).items():
+        verdict = "ran" if program["exit"] == 0 else f"FAILED (exit {program['exit']})"
+        lines += ["", f"## {name}: `{program['command']}` {verdict} in {program['seconds']} s"]
+        lines += ["", "```", *program["output"][-30:], *program["errors"], "```"]
     return "\n".join(lines) + "\n"
+
+
+SECTIONS = ("claims", "diagnostics", "http", "longpoll", "soak", "scale")
+
+
+def merge(paths: list[Path]) -> dict[str, Any]:
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+    merged = dict(runs[0])
+    if "against" in merged:  # an A/B run (`--against`): nothing to merge or recompute
+        return merged
+    sources = []
+    for path, run in zip(paths, runs, strict=True):
+        taken = [s for s in SECTIONS if s in run]
+        for section in taken:
+            merged[section] = run[section]
+        sources.append(f"`{path.name}` ({', '.join(taken)}; started {run['started_at']})")
+    merged["finished_at"] = runs[-1].get("finished_at")
+    merged["load_average_end"] = runs[-1].get("load_average_end", [0, 0, 0])
+    levels = [int(x) for x in merged["options"]["concurrency"].split(",")]
+    merged["goals"] = goals.evaluate(merged, levels)
+    merged["ratios"] = goals.cost_ratios(merged, levels)
+    merged["sources"] = sources
+    return merged
+
+
+def pool(paths: list[Path]) -> dict[str, Any]:
+    """`merge`, with each measured section's repetitions those of all the runs together."""
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+    merged = merge(paths)
+    for section in SECTIONS:
+        with_reps = [run[section] for run in runs if "runs" in run.get(section, {})]
+        if len(with_reps) < 2:
+            continue
+        reps: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for measured in with_reps:
+            for name, by_c in measured["runs"].items():
+                for c, samples in by_c.items():
+                    reps.setdefault(name, {}).setdefault(c, []).extend(samples)
+        medians = {name: {c: median_of(s) for c, s in by_c.items()} for name, by_c in reps.items()}
+        merged[section] = {**merged[section], "runs": reps, "median": medians}
+    levels = [int(x) for x in merged["options"]["concurrency"].split(",")]
+    merged["goals"] = goals.evaluate(merged, levels)
+    merged["ratios"] = goals.cost_ratios(merged, levels)
+    merged["sources"] = [f"`{p.name}` (pooled: every repetition)" for p in paths]
+    return merged
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    pooled = "--pool" in args
+    paths = [Path(p) for p in args if p != "--pool"]
+    merged = pool(paths) if pooled else merge(paths)
+    text = markdown(merged, paths[0].name)
+    if len(paths) > 1:
+        text = "Sections from: " + "; ".join(merged["sources"]) + ".\n\n" + text
+    sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    main()

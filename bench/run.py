@@ -1,8 +1,9 @@
-"""work-ledger benchmark: the claim path beside its raw-SQL limits and a peer, in one run.
+"""work-ledger benchmark: every lasting goal of the project a section, in one run.
 
-    uv run --group bench python -m bench.run            # the full run (tens of minutes)
+    uv run --group bench python -m bench.run            # the core sections (tens of minutes)
     uv run --group bench python -m bench.run --quick    # smaller sizes, one pass in minutes
     uv run --group bench python -m bench.run --smoke    # tiny: keeps the script alive
+    uv run --group bench python -m bench.run --sections all --quick   # every section
 
 Starts its own PostgreSQL (the embedded server in a temporary directory, or the server of
 WL_DATABASE_URL), gives every measured window a fresh database, and writes the raw JSON
@@ -29,8 +30,8 @@ from typing import Any
 import asyncpg
 import psutil
 
-from bench import claims, diagnose, endurance, goals, httpbench, report, scale
-from bench.harness import Server, load_average, measure, median_of, start_embedded
+from bench import ab, claims, diagnose, endurance, goals, httpbench, report, scale
+from bench.harness import Server, load_average, measure, median_of, server_url
 from work_ledger.db.connect import with_database
 from work_ledger.runtime import migrate_database
 
@@ -42,6 +43,26 @@ try:
 except ImportError:  # the `bench` dependency group is not installed: skip the peer
     HAVE_PGQUEUER = False
 TEMPLATES = {"ledger": "bench_tpl_ledger", "bare": "bench_tpl_bare", "pgqueuer": "bench_tpl_pgq"}
+CORE = "claims,diagnostics,scale,http,longpoll,soak"
+# Sections that are programs of their own (their own servers or processes, their own JSON
+# in bench/results/), run as `python -m MODULE ARGS` at the mode's sizes:
+# name: (module and arguments; full, --quick and --smoke sizes).
+PROGRAMS: dict[str, tuple[list[str], list[str], list[str], list[str]]] = {
+    "shape": (["bench.shape"], [], ["--units", "100000", "--claims", "500", "--rounds", "1"],
+              ["--units", "2000", "--claims", "50", "--rounds", "1"]),
+    "register": (["bench.register"], [], ["--units", "10000", "--rounds", "1"],
+                 ["--units", "1000", "--rounds", "1"]),
+    "readside_write": (["bench.readside", "write"], [], ["--windows", "2"], ["--windows", "1"]),
+    "walmirror": (["bench.walmirror"], [], ["--rounds", "1", "--seconds", "5"],
+                  ["--rounds", "1", "--seconds", "1"]),
+    "temporal": (["bench.temporal_follow"], [], ["--burst", "200", "--closed", "1000"],
+                 ["--burst", "20", "--closed", ""]),
+    "agents": (["bench.agents"], [], ["--sessions", "16", "--calls", "50"],
+               ["--sessions", "4", "--calls", "10"]),
+    "limits": (["bench.limits"], ["1000"], ["200"], ["20"]),
+    "backup": (["bench.backup"], [], ["--units", "100000"], ["--units", "1000"]),
+    "failover": (["bench.failover"], [], ["--rounds", "1"], ["--rounds", "1", "--seconds", "1"]),
+}  # fmt: skip
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -53,13 +74,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--configs", default="", help="comma-separated claim configs (default all)")
     p.add_argument(
         "--sections",
-        default="claims,diagnostics,scale,http,longpoll,soak",
-        help="which parts to run",
+        default=CORE,
+        help=f"which sections to run: any of {CORE},{','.join(PROGRAMS)}; or all",
     )
     p.add_argument("--soak-lives", type=int, default=0, help="soak size (default by mode)")
     p.add_argument("--events", type=int, default=0, help="event-log size (default by mode)")
     p.add_argument("--quick", action="store_true", help="smaller sizes (documented in README)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, c=1,16, one repetition")
+    p.add_argument("--against", default="", help="A/B: this build against git revision REV")
+    p.add_argument("--life", action="store_true", help="--against: the life, not claim+start")
+    p.add_argument("--keyed", action="store_true", help="--against: keyed requests")
     p.add_argument("--out", default=str(HERE / "results"), help="where the JSON goes")
     p.add_argument("--markdown", default="", help="also write the Markdown table here")
     args = p.parse_args(argv)
@@ -70,18 +94,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.warmup, args.duration = min(args.warmup, 0.5), min(args.duration, 2.0)
     args.backlog_divisor = 10 if args.smoke else 4 if args.quick else 1
     args.levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
-    args.section_set = {x.strip() for x in args.sections.split(",") if x.strip()}
+    sections = CORE + "," + ",".join(PROGRAMS) if args.sections == "all" else args.sections
+    args.section_set = {x.strip() for x in sections.split(",") if x.strip()}
     return args
 
 
 async def admin_server() -> Server:
-    url = os.environ.get("WL_DATABASE_URL")
-    if not url:
-        home = Path(tempfile.mkdtemp(prefix="wl-bench-"))
-        # Registered before the server starts, so it runs after the server has stopped.
-        atexit.register(shutil.rmtree, home, True)
-        url = start_embedded(home)
-    return await Server.attach(url)
+    home = Path(tempfile.mkdtemp(prefix="wl-bench-"))
+    # Registered before the server starts, so it runs after the server has stopped.
+    atexit.register(shutil.rmtree, home, True)
+    return await Server.attach(server_url(home))
 
 
 async def build_templates(server: Server) -> None:
@@ -225,6 +247,15 @@ def machine() -> dict[str, Any]:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     started = dt.datetime.now(dt.UTC)
+    if args.against:
+        return {
+            "started_at": started.isoformat(timespec="seconds"),
+            "command": " ".join(["python", "-m", "bench.run", *sys.argv[1:]]),
+            "machine": machine(),
+            "product": product_version(),
+            "against": await ab.against(args.against, args),
+            "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
     server = await admin_server()
     await build_templates(server)
     result: dict[str, Any] = {
@@ -272,11 +303,37 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         checkpoint(result, args)
     if "scale" in args.section_set:
         result["scale"] = await run_scale(server, args)
+    for name in PROGRAMS:
+        if name in args.section_set:
+            result.setdefault("programs", {})[name] = run_program(name, args)
+            checkpoint(result, args)
     result["load_average_end"] = load_average()
     result["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     result["goals"] = goals.evaluate(result, args.levels)
     result["ratios"] = goals.cost_ratios(result, args.levels)
     return result
+
+
+def run_program(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One section that is a program of its own, at the mode's sizes; what it printed."""
+    command, full, quick, smoke = PROGRAMS[name]
+    argv = [*command, *(smoke if args.smoke else quick if args.quick else full)]
+    print(f"section {name}: python -m {' '.join(argv)}", flush=True)
+    # backup, failover and walmirror reuse the test suite's helpers (`support`).
+    paths = [str(HERE.parent / "tests"), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", *argv], cwd=HERE.parent, env=env, capture_output=True, text=True
+    )
+    print(done.stdout[-3000:], done.stderr[-2000:] if done.returncode else "", flush=True)
+    return {
+        "command": "python -m " + " ".join(argv),
+        "exit": done.returncode,
+        "seconds": round(time.monotonic() - started, 1),
+        "output": done.stdout.splitlines()[-60:],
+        "errors": done.stderr.splitlines()[-20:] if done.returncode else [],
+    }
 
 
 def checkpoint(result: dict[str, Any], args: argparse.Namespace) -> None:

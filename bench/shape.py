@@ -1,4 +1,4 @@
-"""DESIGN §12's costs, measured in one run on one embedded PostgreSQL (not part of run.py).
+"""DESIGN §12's costs, measured in one run on one PostgreSQL (`bench.run --sections shape`).
 
     uv run python -m bench.shape [--units 1000000] [--claims 2000] [--rounds 3]
 
@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
+import shutil
 import statistics
 import tempfile
 import time
@@ -26,10 +28,10 @@ from pathlib import Path
 
 import asyncpg
 
+from bench.harness import recreated, server_url
 from work_ledger.db.connect import create_pool, ensure_database, with_database
 from work_ledger.db.store import Store
 from work_ledger.domain.model import Actor, Disposition, NewUnit
-from work_ledger.embedded.server import embedded_server_url
 from work_ledger.runtime import migrate_database
 from work_ledger.service.ledger import Ledger
 
@@ -128,11 +130,11 @@ async def _finish_time(ledger: Ledger, tag: str, dependents: int) -> float:
 
 async def main(units: int, claims: int, rounds: int) -> None:
     home = Path(tempfile.mkdtemp(prefix="wl-bench-shape-"))
-    admin = embedded_server_url(home, delete_on_exit=True)
+    atexit.register(shutil.rmtree, home, True)  # after the embedded server has stopped
+    admin = server_url(home)
     urls = {}
     for name, edges in (("flat", False), ("edges", True)):
-        await ensure_database(admin, name)
-        urls[name] = with_database(admin, name)
+        urls[name] = await recreated(admin, f"bench_shape_{name}")
         await migrate_database(urls[name])
         started = time.perf_counter()
         await _seed(urls[name], units, edges)

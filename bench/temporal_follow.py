@@ -8,11 +8,9 @@ Starts its own Temporal dev server (the `temporal` CLI of the dev dependencies, 
 memory unless `--temporal-db`, free ports), its own embedded PostgreSQL and
 `work-ledger serve`, all stopped at exit. Two measurements:
 
-- **burst**: N units, N workflows started and waiting on a signal, the follower (default
-  settings, no worker plugin) running; once every unit is in_progress, all N are signalled
-  at once and complete. Lag per unit = the ledger's `verified` event time minus Temporal's
-  close time (one machine, one clock). Every pass's Temporal RPCs and ledger requests are
-  recorded.
+- **burst**: N units, N workflows waiting on a signal, the follower (default settings, no
+  worker plugin) running; once every unit is in_progress, all N are signalled at once. Lag
+  per unit = its `verified` event time minus Temporal's close time (one clock).
 - **closed**: per N, a namespace `bench-closed-N` holding N closed executions (each start
   terminates the previous run of its workflow id: one RPC per close), older than the
   follower's overlap; then 20 fresh runs close and a new follower (checkpoint just before
@@ -30,7 +28,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +45,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from bench.harness import free_port, gather_limited, percentile, wait_port
 from work_ledger.db.connect import create_pool, ensure_database, with_database
 from work_ledger.db.store import Store
 from work_ledger.domain.model import Actor, NewUnit
@@ -83,13 +81,6 @@ class BenchMigrate:
         return {"evidence_url": EVIDENCE}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def temporal_server(home: Path, namespaces: list[str], db: Path | None) -> Iterator[str]:
     port = free_port()
@@ -104,21 +95,11 @@ def temporal_server(home: Path, namespaces: list[str], db: Path | None) -> Itera
     with open(home / "temporal.log", "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_port(port)
+        wait_port(port)
         yield f"127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(30)
-
-
-def _wait_port(port: int) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 @contextlib.asynccontextmanager
@@ -169,21 +150,6 @@ def follower(client: Client, database_url: str, url: str, token: str, **kw: Any)
     )
 
 
-async def _gather_limited(coros: list[Any], limit: int = 32) -> list[Any]:
-    gate = asyncio.Semaphore(limit)
-
-    async def one(c: Any) -> Any:
-        async with gate:
-            return await c
-
-    return await asyncio.gather(*(one(c) for c in coros))
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 async def burst(address: str, admin: str, n: int, home: Path) -> dict[str, Any]:
     client = await Client.connect(address, namespace="bench-burst")
     async with ledger_served(admin, home / "burst") as (ledger, url, token, database_url):
@@ -199,14 +165,14 @@ async def burst(address: str, admin: str, n: int, home: Path) -> dict[str, Any]:
         async with Worker(
             client, task_queue=queue, workflows=[BenchMigrate], workflow_runner=RUNNER
         ):
-            handles = await _gather_limited(
+            handles = await gather_limited(
                 [client.start_workflow("BenchMigrate", True, id=w, task_queue=queue) for w in ids]
             )
             task = asyncio.create_task(follow.follow(stop, passes.append))
             await _until_count(ledger, "in_progress", n)
             before = len(passes)
             signalled = time.monotonic()
-            await _gather_limited([h.signal("proceed") for h in handles])
+            await gather_limited([h.signal("proceed") for h in handles])
             await _until_count(ledger, "verified", n)
             converged = time.monotonic() - signalled
             stop.set()
@@ -224,8 +190,8 @@ async def burst(address: str, admin: str, n: int, home: Path) -> dict[str, Any]:
         busy = [p for p in during if p.sent]
         return {
             "workflows": n,
-            "lag_p50_s": round(_pct(lags, 0.5), 3),
-            "lag_p99_s": round(_pct(lags, 0.99), 3),
+            "lag_p50_s": round(percentile(lags, 50) or 0.0, 3),
+            "lag_p99_s": round(percentile(lags, 99) or 0.0, 3),
             "lag_max_s": round(max(lags), 3),
             "all_verified_after_signal_s": round(converged, 2),
             "passes_during_burst": len(during),

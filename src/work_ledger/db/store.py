@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
-from asyncpg.transaction import Transaction
 
 from work_ledger.db.queries import QUERIES
 from work_ledger.errors import InvalidInput, InvariantViolation, Unavailable, WorkLedgerError
@@ -89,6 +89,35 @@ def translate(exc: Exception) -> WorkLedgerError | None:
     return None
 
 
+class NeedsSavepoints(Exception):
+    """A statement sent after a refusal in a transaction without savepoints: the refusal
+    aborted the transaction, and its caller caught it and went on (a race the ledger
+    resolves by looking again). The work must run again in a transaction whose statements
+    run in savepoints."""
+
+
+def commands(name: str, values: dict[str, object]) -> str:
+    """The named commands `name` with `values` written in as literals.
+
+    Several commands go in one round trip only through PostgreSQL's simple query protocol,
+    which takes no parameters (asyncpg's `execute` with no arguments). So values are
+    written in, and only in forms that cannot be anything but a value: text and bytes as
+    hex digits (`decode`), numbers as Python prints them."""
+    return QUERIES[name].format_map({key: _literal(value) for key, value in values.items()})
+
+
+def _literal(value: object) -> str:
+    if isinstance(value, bytes):
+        return f"decode('{value.hex()}', 'hex')"
+    if isinstance(value, str):
+        return f"convert_from(decode('{value.encode().hex()}', 'hex'), 'UTF8')"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    raise TypeError(f"no SQL literal for {value!r}")
+
+
 def _refusal(exc: asyncpg.PostgresError) -> InvariantViolation:
     invariant = getattr(exc, "constraint_name", None) or type(exc).__name__
     hint = getattr(exc, "hint", None)
@@ -104,7 +133,10 @@ class Store:
     serialization failure, so it is run again (a few times) before giving up. Inside a
     transaction it is not: the transaction's owner decides. There, with `savepoints`, each
     statement runs in a savepoint, so that a statement the database refuses leaves the
-    transaction usable (the ledger looks at the unit again to explain a refusal).
+    transaction usable for a caller that catches the refusal and goes on; without, the
+    next statement of such a caller raises `NeedsSavepoints`, and the transaction's owner
+    runs the work again with savepoints. Savepoints are plain commands, so they work in a
+    transaction begun by asyncpg or by `begin`.
 
     Callers take the pool's connections in turn, in arrival order (`turns`, a semaphore
     of the pool's size): asyncpg's pool queues its waiters in an asyncio.Queue, where a
@@ -142,22 +174,24 @@ class Store:
         ):
             yield conn
 
-    async def begin(self) -> OpenTransaction:
-        """A transaction held across awaits until `commit` or `end` (a long-poll look)."""
+    async def begin(self, name: str, **values: object) -> tuple[OpenTransaction, str]:
+        """A transaction held across awaits until `commit` or `end`, begun by the named
+        commands `name` (`commands`), which start with BEGIN: one round trip. Returns it
+        and the status of the last command (asyncpg's `execute`)."""
         await self.turns.acquire()
         try:
             async with translated_errors():
                 conn = await self.pool.acquire()
-                tx = conn.transaction()
                 try:
-                    await tx.start()
+                    status = await conn.execute(commands(name, values))
                 except BaseException:
+                    await _roll_back(conn)
                     await self.pool.release(conn)
                     raise
         except BaseException:
             self.turns.release()
             raise
-        return OpenTransaction(self, conn, tx)
+        return OpenTransaction(self, conn), status
 
     async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
         rows: list[asyncpg.Record]
@@ -191,9 +225,20 @@ class Store:
         assert self.conn is not None
         try:
             if not self.savepoints:
-                return await method(QUERIES[name], *args)
-            async with self.conn.transaction():  # nested: a savepoint
-                return await method(QUERIES[name], *args)
+                try:
+                    return await method(QUERIES[name], *args)
+                except asyncpg.InFailedSQLTransactionError as exc:
+                    raise NeedsSavepoints(f"{name} after a refusal caught") from exc
+            await self.conn.execute("SAVEPOINT wl_statement")
+            try:
+                result = await method(QUERIES[name], *args)
+            except asyncpg.PostgresError:
+                await self.conn.execute(
+                    "ROLLBACK TO SAVEPOINT wl_statement; RELEASE SAVEPOINT wl_statement"
+                )
+                raise
+            await self.conn.execute("RELEASE SAVEPOINT wl_statement")
+            return result
         except Exception as exc:
             error = translate(exc)
             if error is None:
@@ -223,20 +268,27 @@ class Store:
 
 
 class OpenTransaction:
-    """A transaction on a connection of the pool, left open across awaits by its owner;
-    it holds its turn (`Store.turns`) until `end`."""
+    """A transaction on a connection of the pool, begun and ended by plain commands
+    (`Store.begin`) and left open across awaits by its owner; it holds its turn
+    (`Store.turns`) until `end`."""
 
-    def __init__(self, store: Store, conn: PoolConnectionProxy, tx: Transaction) -> None:
-        self.pool, self.conn, self.tx = store.pool, conn, tx
+    def __init__(self, store: Store, conn: PoolConnectionProxy) -> None:
+        self.pool, self.conn = store.pool, conn
         self._turns = store.turns
         self._ended = False
 
     def store(self, *, savepoints: bool = False) -> Store:
         return Store(self.pool, conn=self.conn, savepoints=savepoints, turns=self._turns)
 
-    async def commit(self) -> None:
+    async def commit(self, name: str, **values: object) -> None:
+        """Run the named commands `name` (`commands`), which end with COMMIT: one round
+        trip. If one fails, those after it do not run and `end` rolls back."""
         async with translated_errors():
-            await self.tx.commit()
+            try:
+                await self.conn.execute(commands(name, values))
+            except asyncpg.InFailedSQLTransactionError as exc:
+                # A refusal was caught and the work went on without another statement.
+                raise NeedsSavepoints(f"{name} after a refusal caught") from exc
 
     async def end(self) -> None:
         """Roll back (nothing to do after a commit) and give the connection back. A dead
@@ -245,9 +297,17 @@ class OpenTransaction:
             return
         self._ended = True
         try:
-            with contextlib.suppress(Exception):
-                await self.tx.rollback()
+            await _roll_back(self.conn)
             with contextlib.suppress(Exception):
                 await self.pool.release(self.conn)
         finally:
             self._turns.release()
+
+
+async def _roll_back(conn: Connection) -> None:
+    # A connection given back in a transaction would be rolled back by the pool's reset,
+    # which reports it as an error. A broken one (asyncpg then refuses any call on it,
+    # this one too) has rolled back already and is dropped by the pool.
+    with contextlib.suppress(Exception):
+        if conn.is_in_transaction():
+            await conn.execute("ROLLBACK")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from work_ledger.db.store import Store
+from work_ledger.db.store import OpenTransaction, Store
 from work_ledger.errors import IdempotencyKeyReused, InvalidInput, InvariantViolation
 
 EXPIRE_SECONDS = 86400
@@ -82,6 +82,58 @@ class IdempotencyStore:
     def __init__(self, store: Store) -> None:
         self.store = store
 
+    async def begin_reserved(
+        self, scope: str, key: str, digest: bytes, *, rerunnable: bool
+    ) -> tuple[OpenTransaction, bool]:
+        """Begin a keyed write's transaction and reserve the key in it, in one round trip;
+        True if this request owns the key. If not, `reserve` in that transaction says why."""
+        tx, status = await self.store.begin(
+            "idempotency_begin_reserve",
+            scope=scope,
+            key=key,
+            digest=digest,
+            takeover=0.0 if rerunnable else NEVER,
+        )
+        return tx, status == "INSERT 0 1"
+
+    async def complete_commit(
+        self, tx: OpenTransaction, scope: str, key: str, outcome: Outcome
+    ) -> None:
+        """Store the outcome in the keyed write's transaction and commit it: one round trip."""
+        await tx.commit(
+            "idempotency_complete_commit",
+            scope=scope,
+            key=key,
+            status=outcome.status,
+            content_type=outcome.content_type,
+            body=outcome.body,
+        )
+
+    async def store_alone(
+        self, scope: str, key: str, digest: bytes, outcome: Outcome
+    ) -> Reservation:
+        """Store `outcome` under the key on its own (a refusal whose transaction rolled
+        back), unless another request under the key answered first: then its outcome."""
+        for _ in range(TAKEOVER_TRIES):
+            row = await self.store.fetchrow(
+                "idempotency_store",
+                scope,
+                key,
+                digest,
+                outcome.status,
+                outcome.content_type,
+                outcome.body,
+            ) or await self.store.fetchrow("idempotency_lookup", scope, key)
+            if row is None:
+                continue  # the other holder rolled back between our two statements
+            if row["reserved"]:
+                return Reservation(True, None)
+            _same_request(row, key, digest)
+            if row["status_code"] is not None:
+                return Reservation(False, _outcome(row))
+            await asyncio.sleep(0.01)  # an unfinished reservation (a projection batch)
+        raise _in_flight(key)
+
     async def reserve(
         self, scope: str, key: str, digest: bytes, *, rerunnable: bool
     ) -> Reservation:
@@ -101,22 +153,13 @@ class IdempotencyStore:
                 continue  # the other holder rolled back between our two statements
             if row["reserved"]:
                 return Reservation(True, None)
-            if bytes(row["request_hash"]) != digest:
-                raise IdempotencyKeyReused(
-                    f"Idempotency-Key {key!r} was already used by you for a different "
-                    "request; use a new key for a new write, and the same key only to "
-                    "retry the very same request"
-                )
+            _same_request(row, key, digest)
             if row["status_code"] is not None:
                 return Reservation(False, _outcome(row))
             if not rerunnable:
                 raise _outcome_unknown(key)
             await asyncio.sleep(0.01)
-        raise InvariantViolation(
-            f"a request with Idempotency-Key {key!r} is still running; retry the same "
-            "request with the same key in a second",
-            invariant="idempotency_key_in_flight",
-        )
+        raise _in_flight(key)
 
     async def complete(self, scope: str, key: str, outcome: Outcome) -> None:
         await self.store.fetchrow(
@@ -128,6 +171,23 @@ class IdempotencyStore:
 
     async def expire(self, older_than_seconds: int = EXPIRE_SECONDS) -> None:
         await self.store.fetchrow("idempotency_expire", older_than_seconds)
+
+
+def _same_request(row: asyncpg.Record, key: str, digest: bytes) -> None:
+    if bytes(row["request_hash"]) != digest:
+        raise IdempotencyKeyReused(
+            f"Idempotency-Key {key!r} was already used by you for a different "
+            "request; use a new key for a new write, and the same key only to "
+            "retry the very same request"
+        )
+
+
+def _in_flight(key: str) -> InvariantViolation:
+    return InvariantViolation(
+        f"a request with Idempotency-Key {key!r} is still running; retry the same "
+        "request with the same key in a second",
+        invariant="idempotency_key_in_flight",
+    )
 
 
 def _outcome_unknown(key: str) -> InvariantViolation:

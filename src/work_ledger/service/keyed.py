@@ -6,6 +6,8 @@ Each use case says how it is keyed (`Keying`); the rules are those of
     ATOMIC      reserve the key, run the write, store its outcome: one transaction, so all
                 three commit or none. A duplicate waits on the uncommitted reservation,
                 then replays the outcome (or, after a rollback, runs as if first).
+                BEGIN goes with the reservation and COMMIT with the outcome, so a keyed
+                write costs two round trips more than the write (docs/request-path.md).
     RERUNNABLE  ATOMIC, and an unfinished reservation (left by an older server) is taken
                 over, not refused: running the write again has no second effect (a claim
                 returns the unit already held).
@@ -17,9 +19,13 @@ for a unit is a RERUNNABLE keyed transaction of its own; one that claims stays o
 the answer is stored with it, one that finds nothing rolls back at once.
 
 Outcomes the ledger decided are stored: a success, and a refusal by one of its rules
-(409), which is stored and then raised as usual. Anything else (bad input, auth, a server
-error) ran nothing: it rolls back and frees the key. The answer's bytes come from the
-caller (`answer`, `refusal`), so that a replay is the first answer, byte for byte.
+(409), which is stored and then raised as usual. The write's statements run without
+savepoints: a refused statement wrote nothing, so the transaction rolls back and the
+refusal is stored on its own. Only where the ledger catches a refusal and goes on (a race
+it resolves by looking again: `NeedsSavepoints`) does the write run again with savepoints.
+Anything else (bad input, auth, a server error) ran nothing: it rolls back and frees the
+key. The answer's bytes come from the caller (`answer`, `refusal`), so that a replay is the
+first answer, byte for byte.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol, TypeVar
 
-from work_ledger.db.store import OpenTransaction
+from work_ledger.db.store import NeedsSavepoints, OpenTransaction
 from work_ledger.domain.model import Claim
 from work_ledger.errors import WorkLedgerError
 from work_ledger.service.idempotency import IdempotencyStore, Outcome
@@ -112,29 +118,58 @@ class KeyedWrites:
         *,
         rerunnable: bool,
     ) -> Answer:
-        store = self.ledger.store
-        refused: WorkLedgerError | None = None
         try:
-            async with store.transaction() as conn:
-                keys = IdempotencyStore(store.on(conn))
-                reservation = await keys.reserve(
+            return await self._once(key, write, answer, rerunnable=rerunnable, savepoints=False)
+        except NeedsSavepoints:
+            # The ledger caught a refusal and went on (a race it resolves, rare): run the
+            # write again where a refused statement leaves the transaction usable.
+            return await self._once(key, write, answer, rerunnable=rerunnable, savepoints=True)
+
+    async def _once(
+        self,
+        key: Key,
+        write: Callable[[Ledger], Awaitable[T]],
+        answer: Callable[[T], Outcome],
+        *,
+        rerunnable: bool,
+        savepoints: bool,
+    ) -> Answer:
+        """One keyed transaction: begin and reserve, the write, store and commit; three
+        round trips plus the write's own (docs/request-path.md)."""
+        tx, owned = await self.keys.begin_reserved(
+            key.scope, key.key, key.digest, rerunnable=rerunnable
+        )
+        try:
+            if not owned:
+                reservation = await IdempotencyStore(tx.store()).reserve(
                     key.scope, key.key, key.digest, rerunnable=rerunnable
                 )
                 if reservation.outcome is not None:
-                    raise _Replay(reservation.outcome)
-                bound = self.ledger.on(store.on(conn, savepoints=True))
-                try:
-                    outcome = answer(await write(bound))
-                except WorkLedgerError as exc:
-                    if not decided(exc.status):
-                        raise  # it ran nothing: roll back, the key is free
-                    refused, outcome = exc, self.refusal(exc)
-                await keys.complete(key.scope, key.key, outcome)
-        except _Replay as earlier:
-            return Answer(earlier.outcome, replayed=True)
-        if refused is not None:
-            raise refused
-        return Answer(outcome, replayed=False)
+                    return Answer(reservation.outcome, replayed=True)
+            try:
+                outcome = answer(await write(self.ledger.on(tx.store(savepoints=savepoints))))
+            except WorkLedgerError as exc:
+                if not decided(exc.status):
+                    raise  # it ran nothing: roll back, the key is free
+                if not savepoints:
+                    # The refused statement aborted the transaction and wrote nothing:
+                    # roll back, and store the refusal on its own (below).
+                    await tx.end()
+                    return await self._refused(key, exc)
+                await self.keys.complete_commit(tx, key.scope, key.key, self.refusal(exc))
+                raise
+            await self.keys.complete_commit(tx, key.scope, key.key, outcome)
+            return Answer(outcome, replayed=False)
+        finally:
+            await tx.end()
+
+    async def _refused(self, key: Key, refusal: WorkLedgerError) -> Answer:
+        """Store a refusal whose transaction rolled back, then raise it; if a concurrent
+        request under the key answered meanwhile, that answer is this one's too."""
+        stored = await self.keys.store_alone(key.scope, key.key, key.digest, self.refusal(refusal))
+        if stored.outcome is not None:
+            return Answer(stored.outcome, replayed=True)
+        raise refusal
 
     async def _apart(
         self,
@@ -206,15 +241,26 @@ class _Looks:
         self, agent: str, *, domain: str | None = None, lease_seconds: int | None = None
     ) -> Claim:
         await self.close()
-        ledger = self.writes.ledger
-        tx = await ledger.store.begin()
         try:
-            reservation = await IdempotencyStore(tx.store()).reserve(
-                self.key.scope, self.key.key, self.key.digest, rerunnable=True
-            )
-            if reservation.outcome is not None:
-                raise _Replay(reservation.outcome)
-            bound = ledger.on(tx.store(savepoints=True))
+            return await self._look(agent, domain, lease_seconds, savepoints=False)
+        except NeedsSavepoints:  # as in KeyedWrites._atomic
+            return await self._look(agent, domain, lease_seconds, savepoints=True)
+
+    async def _look(
+        self, agent: str, domain: str | None, lease_seconds: int | None, *, savepoints: bool
+    ) -> Claim:
+        writes, key = self.writes, self.key
+        tx, owned = await writes.keys.begin_reserved(
+            key.scope, key.key, key.digest, rerunnable=True
+        )
+        try:
+            if not owned:
+                reservation = await IdempotencyStore(tx.store()).reserve(
+                    key.scope, key.key, key.digest, rerunnable=True
+                )
+                if reservation.outcome is not None:
+                    raise _Replay(reservation.outcome)
+            bound = writes.ledger.on(tx.store(savepoints=savepoints))
             claim = await bound.claim(agent, domain=domain, lease_seconds=lease_seconds)
         except BaseException:
             await tx.end()
@@ -229,21 +275,15 @@ class _Looks:
         """Store the answer with the claim that made it, or alone (an empty wait)."""
         if self.open is None:
             return await self.store_alone(outcome)
-        await IdempotencyStore(self.open.store()).complete(self.key.scope, self.key.key, outcome)
-        await self.open.commit()
+        await self.writes.keys.complete_commit(self.open, self.key.scope, self.key.key, outcome)
         return Answer(outcome, replayed=False)
 
     async def store_alone(self, outcome: Outcome) -> Answer:
         """Store `outcome` under the key, unless another request under it answered first."""
-        store = self.writes.ledger.store
-        async with store.transaction() as conn:
-            keys = IdempotencyStore(store.on(conn))
-            earlier = await keys.reserve(
-                self.key.scope, self.key.key, self.key.digest, rerunnable=True
-            )
-            if earlier.outcome is not None:
-                return Answer(earlier.outcome, replayed=True)
-            await keys.complete(self.key.scope, self.key.key, outcome)
+        key = self.key
+        earlier = await self.writes.keys.store_alone(key.scope, key.key, key.digest, outcome)
+        if earlier.outcome is not None:
+            return Answer(earlier.outcome, replayed=True)
         return Answer(outcome, replayed=False)
 
     async def close(self) -> None:
