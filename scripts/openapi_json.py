@@ -16,9 +16,13 @@ import tempfile
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as home:
-        # Set only so that settings load; nothing connects to it or writes there.
-        os.environ.setdefault("WL_DATABASE_URL", "postgresql://unused@127.0.0.1:1/unused")
-        os.environ.setdefault("WL_HOME", home)
+        # The document must not depend on who runs this (WL_METRICS_TOKEN documents a 401 on
+        # /metrics): no WL_* of the caller's. These two are set only so that settings load;
+        # nothing connects to the URL or writes in the folder.
+        for name in [name for name in os.environ if name.startswith("WL_")]:
+            del os.environ[name]
+        os.environ["WL_DATABASE_URL"] = "postgresql://unused@127.0.0.1:1/unused"
+        os.environ["WL_HOME"] = home
         from work_ledger.api.app import create_app
         from work_ledger.config import load_settings
 

@@ -14,11 +14,18 @@ const pkg = resolve(here, "..");
 const repo = resolve(pkg, "../..");
 const out = join(pkg, "src/generated");
 
-const json = execFileSync("uv", ["run", "--quiet", "python", "scripts/openapi_json.py"], {
-  cwd: repo,
-  encoding: "utf8",
-  maxBuffer: 64 * 1024 * 1024,
-});
+// uv itself, or (as .ci/run installs it when absent) the module of python3.
+function uv(...args) {
+  const options = { cwd: repo, encoding: "utf8", maxBuffer: 64 * 1024 * 1024 };
+  try {
+    return execFileSync("uv", args, options);
+  } catch (error) {
+    if (error.code !== "ENOENT") throw error;
+    return execFileSync("python3", ["-m", "uv", ...args], options);
+  }
+}
+
+const json = uv("run", "--quiet", "python", "scripts/openapi_json.py");
 const document = JSON.parse(json);
 const work = mkdtempSync(join(tmpdir(), "wl-openapi-"));
 try {
