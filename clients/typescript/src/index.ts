@@ -1,5 +1,14 @@
 export { WorkLedger, type ClientOptions, type CallOptions, type WriteOptions, type Fetch } from "./client.js";
-export { Endpoints, Sending, newKey, retryable, retryAfterMs, LONG_POLL_MARGIN_MS, type Call, type Policy } from "./core.js";
+export {
+  Endpoints,
+  Sending,
+  newKey,
+  retryable,
+  retryAfterMs,
+  LONG_POLL_MARGIN_MS,
+  type Call,
+  type Policy,
+} from "./core.js";
 export * from "./errors.js";
 export { paginate, type Page } from "./pages.js";
 export { METHODS, EXCLUDED_OPERATIONS } from "./methods.js";

@@ -12,7 +12,10 @@ import type { PENDING_OPERATIONS } from "./pending.js";
  */
 export const EXCLUDED_OPERATIONS = ["exportOtlpLogs"] as const;
 
-type Covered = Exclude<OperationId | (typeof PENDING_OPERATIONS)[number], (typeof EXCLUDED_OPERATIONS)[number]>;
+type Covered = Exclude<
+  OperationId | (typeof PENDING_OPERATIONS)[number],
+  (typeof EXCLUDED_OPERATIONS)[number]
+>;
 
 export const METHODS: { readonly [K in Covered]: string } = {
   blockUnit: "units.block",

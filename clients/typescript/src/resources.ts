@@ -43,7 +43,11 @@ export class Units extends Resource {
   }
 
   /** transitionUnit: to in_progress (start), verified (with evidence) or ready (release). */
-  transition(unit: string, body: Body<W.TransitionUnitData>, options?: WriteOptions): Promise<W.TransitionUnitResponse> {
+  transition(
+    unit: string,
+    body: Body<W.TransitionUnitData>,
+    options?: WriteOptions,
+  ): Promise<W.TransitionUnitResponse> {
     return this.write(`/units/${ref(unit)}/transition`, body, options);
   }
 
@@ -51,12 +55,22 @@ export class Units extends Resource {
     return this.transition(unit, { to: "in_progress", ...fence }, options);
   }
 
-  verify(unit: string, evidenceUrl: string, fence: Attempt & { reason?: string }, options?: WriteOptions): Promise<W.TransitionUnitResponse> {
+  verify(
+    unit: string,
+    evidenceUrl: string,
+    fence: Attempt & { reason?: string },
+    options?: WriteOptions,
+  ): Promise<W.TransitionUnitResponse> {
     return this.transition(unit, { to: "verified", evidence_url: evidenceUrl, ...fence }, options);
   }
 
   /** Give the unit back (outcome failed or abandoned). */
-  release(unit: string, outcome: "failed" | "abandoned", fence: Attempt & { reason?: string } = {}, options?: WriteOptions): Promise<W.TransitionUnitResponse> {
+  release(
+    unit: string,
+    outcome: "failed" | "abandoned",
+    fence: Attempt & { reason?: string } = {},
+    options?: WriteOptions,
+  ): Promise<W.TransitionUnitResponse> {
     return this.transition(unit, { to: "ready", outcome, ...fence }, options);
   }
 
@@ -66,12 +80,20 @@ export class Units extends Resource {
   }
 
   /** unblockUnit: answer the open question; the holder goes on. */
-  unblock(unit: string, body: Body<W.UnblockUnitData>, options?: WriteOptions): Promise<W.UnblockUnitResponse> {
+  unblock(
+    unit: string,
+    body: Body<W.UnblockUnitData>,
+    options?: WriteOptions,
+  ): Promise<W.UnblockUnitResponse> {
     return this.write(`/units/${ref(unit)}/unblock`, body, options);
   }
 
   /** disposeUnit: close it MIGRATED, DROPPED, DEFERRED or DEAD. */
-  dispose(unit: string, body: Body<W.DisposeUnitData>, options?: WriteOptions): Promise<W.DisposeUnitResponse> {
+  dispose(
+    unit: string,
+    body: Body<W.DisposeUnitData>,
+    options?: WriteOptions,
+  ): Promise<W.DisposeUnitResponse> {
     return this.write(`/units/${ref(unit)}/dispose`, body, options);
   }
 
@@ -81,16 +103,28 @@ export class Units extends Resource {
   }
 
   /** waivePrerequisite: drop one requirement of a waiting unit. */
-  waive(unit: string, body: Body<W.WaivePrerequisiteData>, options?: WriteOptions): Promise<W.WaivePrerequisiteResponse> {
+  waive(
+    unit: string,
+    body: Body<W.WaivePrerequisiteData>,
+    options?: WriteOptions,
+  ): Promise<W.WaivePrerequisiteResponse> {
     return this.write(`/units/${ref(unit)}/waive`, body, options);
   }
 
   /** listUnitEvents: one page of the unit's events, newest first. */
-  events(unit: string, query: Q<W.ListUnitEventsData> = {}, options?: CallOptions): Promise<W.ListUnitEventsResponse> {
+  events(
+    unit: string,
+    query: Q<W.ListUnitEventsData> = {},
+    options?: CallOptions,
+  ): Promise<W.ListUnitEventsResponse> {
     return this.read(`/units/${ref(unit)}/events`, query, options);
   }
 
-  iterEvents(unit: string, query: Q<W.ListUnitEventsData> = {}, options?: CallOptions): AsyncGenerator<Item<W.EventPage>> {
+  iterEvents(
+    unit: string,
+    query: Q<W.ListUnitEventsData> = {},
+    options?: CallOptions,
+  ): AsyncGenerator<Item<W.EventPage>> {
     return this.pages(`/units/${ref(unit)}/events`, query, options);
   }
 }
@@ -110,12 +144,20 @@ export class Claims extends Resource {
 
 export class Attempts extends Resource {
   /** heartbeat: extend the lease; a 409 once the attempt is no longer live (stop). */
-  heartbeat(attemptId: string, body: Body<W.HeartbeatData> = {}, options?: WriteOptions): Promise<W.HeartbeatResponse> {
+  heartbeat(
+    attemptId: string,
+    body: Body<W.HeartbeatData> = {},
+    options?: WriteOptions,
+  ): Promise<W.HeartbeatResponse> {
     return this.write(`/attempts/${ref(attemptId)}/heartbeat`, body, options);
   }
 
   /** recordCost: cents and tokens spent by this attempt. */
-  recordCost(attemptId: string, body: Body<W.RecordCostData>, options?: WriteOptions): Promise<W.RecordCostResponse> {
+  recordCost(
+    attemptId: string,
+    body: Body<W.RecordCostData>,
+    options?: WriteOptions,
+  ): Promise<W.RecordCostResponse> {
     return this.write(`/attempts/${ref(attemptId)}/cost`, body, options);
   }
 }
@@ -131,22 +173,37 @@ export class Questions extends Resource {
   }
 
   /** Open questions not yet routed to a human queue, oldest first (triage's to-do). */
-  unrouted(query: Omit<Q<W.ListQuestionsData>, "status" | "routed"> = {}, options?: CallOptions): Promise<W.ListQuestionsResponse> {
+  unrouted(
+    query: Omit<Q<W.ListQuestionsData>, "status" | "routed"> = {},
+    options?: CallOptions,
+  ): Promise<W.ListQuestionsResponse> {
     return this.list({ ...query, status: "open", routed: false }, options);
   }
 
   /** getQuestion: with `wait_seconds`, waits for its answer. */
-  get(questionId: string, query: Q<W.GetQuestionData> = {}, options?: CallOptions): Promise<W.GetQuestionResponse> {
+  get(
+    questionId: string,
+    query: Q<W.GetQuestionData> = {},
+    options?: CallOptions,
+  ): Promise<W.GetQuestionResponse> {
     return this.read(`/questions/${ref(questionId)}`, query, options);
   }
 
   /** cancelQuestion */
-  cancel(questionId: string, body: Body<W.CancelQuestionData> = {}, options?: WriteOptions): Promise<W.CancelQuestionResponse> {
+  cancel(
+    questionId: string,
+    body: Body<W.CancelQuestionData> = {},
+    options?: WriteOptions,
+  ): Promise<W.CancelQuestionResponse> {
     return this.write(`/questions/${ref(questionId)}/cancel`, body, options);
   }
 
   /** routeQuestion: record the human queue's task id. */
-  route(questionId: string, body: Body<W.RouteQuestionData>, options?: WriteOptions): Promise<W.RouteQuestionResponse> {
+  route(
+    questionId: string,
+    body: Body<W.RouteQuestionData>,
+    options?: WriteOptions,
+  ): Promise<W.RouteQuestionResponse> {
     return this.write(`/questions/${ref(questionId)}/route`, body, options);
   }
 }
@@ -193,7 +250,10 @@ export class Controls extends Resource {
   }
 
   /** listControlEvents: one page, newest first. */
-  events(query: { limit?: number; cursor?: string | null } = {}, options?: CallOptions): Promise<ControlEventPage> {
+  events(
+    query: { limit?: number; cursor?: string | null } = {},
+    options?: CallOptions,
+  ): Promise<ControlEventPage> {
     return this.read("/controls/events", query, options);
   }
 

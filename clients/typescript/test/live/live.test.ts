@@ -19,7 +19,8 @@ const RUN = env["WL_LIVE_RUN"] ?? String(process.pid);
 const EVIDENCE = "https://ci.example.com/runs/";
 
 const operator = () => new WorkLedger({ url: URLS, token: OPERATOR });
-const agent = (name?: string) => new WorkLedger({ url: URLS, token: AGENT, ...(name ? { agent: `${PRINCIPAL}/${name}` } : {}) });
+const agent = (name?: string) =>
+  new WorkLedger({ url: URLS, token: AGENT, ...(name ? { agent: `${PRINCIPAL}/${name}` } : {}) });
 
 describe.skipIf(URLS.length < 2)("against two real replicas", () => {
   test("a unit's whole life", async () => {
@@ -39,7 +40,15 @@ describe.skipIf(URLS.length < 2)("against two real replicas", () => {
     expect([done.unit.state, done.unit.disposition, done.unit.cost_cents]).toEqual(["done", "MIGRATED", 240]);
     const types: string[] = [];
     for await (const event of op.units.iterEvents(ref, { limit: 2 })) types.push(event.event_type);
-    expect(types.reverse()).toEqual(["registered", "claimed", "transitioned", "heartbeat", "cost_recorded", "transitioned", "disposed"]);
+    expect(types.reverse()).toEqual([
+      "registered",
+      "claimed",
+      "transitioned",
+      "heartbeat",
+      "cost_recorded",
+      "transitioned",
+      "disposed",
+    ]);
     const again = await ag.units.dispose(ref, { disposition: "DEAD" }).catch((e: unknown) => e);
     expect(again).toBeInstanceOf(InvariantViolation);
     expect((again as InvariantViolation).allowed).toEqual([]);
@@ -52,7 +61,11 @@ describe.skipIf(URLS.length < 2)("against two real replicas", () => {
     const claimedBy = new Map<string, string[]>();
     const claimer = async (i: number): Promise<void> => {
       const name = `racer-${i}`;
-      const wl = new WorkLedger({ url: i % 2 ? [B, A] : [A, B], token: AGENT, agent: `${PRINCIPAL}/${name}` });
+      const wl = new WorkLedger({
+        url: i % 2 ? [B, A] : [A, B],
+        token: AGENT,
+        agent: `${PRINCIPAL}/${name}`,
+      });
       for (;;) {
         const claim = await wl.claims.next({ domain });
         if (claim.unit === null || claim.attempt === null) return;
@@ -69,7 +82,8 @@ describe.skipIf(URLS.length < 2)("against two real replicas", () => {
     expect(doubles).toEqual([]);
     expect([...claimedBy.keys()].sort()).toEqual([...refs].sort());
     const done: string[] = [];
-    for await (const unit of operator().units.iter({ domain, state: "done", limit: 10 })) done.push(unit.external_ref);
+    for await (const unit of operator().units.iter({ domain, state: "done", limit: 10 }))
+      done.push(unit.external_ref);
     expect(done.sort()).toEqual([...refs].sort());
     console.log(`race: 16 claimers, ${refs.length} units, 0 double claims`);
   });
@@ -80,7 +94,9 @@ describe.skipIf(URLS.length < 2)("against two real replicas", () => {
     const started = performance.now();
     const claim = waiter.claims.next({ domain, wait_seconds: 30 });
     await new Promise((r) => setTimeout(r, 700));
-    await new WorkLedger({ url: [B, A], token: OPERATOR }).units.register([{ external_ref: `ts-${RUN}/poll`, fleet: "ts", domain }]);
+    await new WorkLedger({ url: [B, A], token: OPERATOR }).units.register([
+      { external_ref: `ts-${RUN}/poll`, fleet: "ts", domain },
+    ]);
     const got = await claim;
     const waited = performance.now() - started;
     expect(got.unit?.external_ref).toBe(`ts-${RUN}/poll`);
@@ -98,7 +114,11 @@ describe.skipIf(URLS.length < 2)("against two real replicas", () => {
     const claim = await ag.claims.next({ domain });
     const fence = { attempt_id: claim.attempt!.id };
     await ag.units.start(ref, fence);
-    const asked = await ag.units.block(ref, { question: "Keep the legacy refund rounding?", assignee_group_slug: group, ...fence });
+    const asked = await ag.units.block(ref, {
+      question: "Keep the legacy refund rounding?",
+      assignee_group_slug: group,
+      ...fence,
+    });
 
     const triage = new WorkLedger({ url: URLS, token: TRIAGE });
     const handled = (async () => {
@@ -134,7 +154,9 @@ describe.skipIf(URLS.length < 2)("against two real replicas", () => {
     };
     const ref = `ts-${RUN}/failover`;
     const wl = new WorkLedger({ url: [A, B], token: OPERATOR, fetch: lossy });
-    const registered = await wl.units.register([{ external_ref: ref, fleet: "ts", domain: `failover-${RUN}` }]);
+    const registered = await wl.units.register([
+      { external_ref: ref, fleet: "ts", domain: `failover-${RUN}` },
+    ]);
     expect(wl.url).toBe(B);
     expect(replayed).toEqual([null, "true"]);
     expect([registered.created, registered.existing]).toEqual([1, 0]);

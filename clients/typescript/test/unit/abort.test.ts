@@ -34,7 +34,9 @@ describe("abort and long-poll timeouts", () => {
   test("a signal aborted before the call sends nothing", async () => {
     const { fetch, sent } = scripted(ok({}));
     const wl = new WorkLedger({ url: "http://a:1", fetch });
-    await expect(wl.health.healthz({ signal: AbortSignal.abort() })).rejects.toMatchObject({ name: "AbortError" });
+    await expect(wl.health.healthz({ signal: AbortSignal.abort() })).rejects.toMatchObject({
+      name: "AbortError",
+    });
     expect(sent).toHaveLength(0);
   });
 

@@ -39,7 +39,9 @@ test("an unknown code is kept, on the broadest class of its status", () => {
 });
 
 test("the code comes from `type` when absent, and a body that is not JSON still makes an error", () => {
-  expect(errorFromResponse(404, JSON.stringify({ type: "urn:work-ledger:problem:not_found" }))).toBeInstanceOf(NotFound);
+  expect(
+    errorFromResponse(404, JSON.stringify({ type: "urn:work-ledger:problem:not_found" })),
+  ).toBeInstanceOf(NotFound);
   const plain = errorFromResponse(422, "no");
   expect(plain).toBeInstanceOf(InvalidInput);
   expect(plain.detail).toBe("the server answered HTTP 422: no");

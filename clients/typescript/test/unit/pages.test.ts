@@ -13,7 +13,11 @@ test("for await follows next_cursor until it is null", async () => {
   for await (const unit of wl.units.iter({ domain: "orders", limit: 2 })) ids.push(unit.id);
   expect(ids).toEqual(["1", "2", "3"]);
   const queries = sent.map((s) => new URL(s.url).search);
-  expect(queries).toEqual(["?domain=orders&limit=2", "?domain=orders&limit=2&cursor=c2", "?domain=orders&limit=2&cursor=c3"]);
+  expect(queries).toEqual([
+    "?domain=orders&limit=2",
+    "?domain=orders&limit=2&cursor=c2",
+    "?domain=orders&limit=2&cursor=c3",
+  ]);
 });
 
 test("breaking out of the loop fetches no further page", async () => {

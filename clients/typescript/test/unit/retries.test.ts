@@ -12,7 +12,11 @@ import { CLAIM, ok, problem, scripted, sleeps } from "./scripted.js";
 const KEY = "Idempotency-Key";
 const IN_FLIGHT = { invariant: "idempotency_key_in_flight", unit_id: null, state: null, allowed: [] };
 
-function client(fetch: ReturnType<typeof scripted>["fetch"], url: string | string[] = "http://a:1", retries = 4) {
+function client(
+  fetch: ReturnType<typeof scripted>["fetch"],
+  url: string | string[] = "http://a:1",
+  retries = 4,
+) {
   const { sleep, delays } = sleeps();
   const wl = new WorkLedger({ url, token: "wl_t_s", fetch, sleep, retries, random: () => 0.5 });
   return { wl, delays };
@@ -80,7 +84,10 @@ describe("failover over a URL list", () => {
 
 describe("the two 409s", () => {
   test("the in-flight 409 is retried with the same key, honoring Retry-After", async () => {
-    const { fetch, sent } = scripted(problem(409, "invariant_violation", IN_FLIGHT, { "Retry-After": "1" }), ok(CLAIM));
+    const { fetch, sent } = scripted(
+      problem(409, "invariant_violation", IN_FLIGHT, { "Retry-After": "1" }),
+      ok(CLAIM),
+    );
     const { wl, delays } = client(fetch);
     await wl.claims.next();
     expect(sent).toHaveLength(2);
@@ -91,18 +98,30 @@ describe("the two 409s", () => {
   test("an invariant's 409 is a stop: raised at once, never retried", async () => {
     const refusal = { invariant: "attempt_superseded", unit_id: "u1", state: "claimed", allowed: ["claim"] };
     const { fetch, sent } = scripted(problem(409, "attempt_superseded", refusal));
-    const error = await client(fetch).wl.units.start("u1", { attempt_id: "a0" }).catch((e: unknown) => e);
+    const error = await client(fetch)
+      .wl.units.start("u1", { attempt_id: "a0" })
+      .catch((e: unknown) => e);
     expect(sent).toHaveLength(1);
     expect(error).toBeInstanceOf(AttemptSuperseded);
     expect(error).toBeInstanceOf(InvariantViolation);
     const e = error as AttemptSuperseded;
-    expect([e.status, e.code, e.invariant, e.unitId, e.state, e.allowed]).toEqual([409, "attempt_superseded", "attempt_superseded", "u1", "claimed", ["claim"]]);
+    expect([e.status, e.code, e.invariant, e.unitId, e.state, e.allowed]).toEqual([
+      409,
+      "attempt_superseded",
+      "attempt_superseded",
+      "u1",
+      "claimed",
+      ["claim"],
+    ]);
   });
 });
 
 describe("Retry-After", () => {
   test("a 429 waits at least Retry-After, on the same URL", async () => {
-    const { fetch, sent } = scripted(problem(429, "rate_limited", {}, { "Retry-After": "3" }), ok({ items: [], next_cursor: null }));
+    const { fetch, sent } = scripted(
+      problem(429, "rate_limited", {}, { "Retry-After": "3" }),
+      ok({ items: [], next_cursor: null }),
+    );
     const { wl, delays } = client(fetch, ["http://a:1", "http://b:2"]);
     await wl.events.list();
     expect(delays).toEqual([3000]);
@@ -119,7 +138,9 @@ describe("Retry-After", () => {
   test("the last retryable answer is raised as its error", async () => {
     const limited = () => problem(429, "rate_limited", {}, { "Retry-After": "1" });
     const { fetch, sent } = scripted(limited(), limited());
-    const error = await client(fetch, "http://a:1", 1).wl.budgets.list().catch((e: unknown) => e);
+    const error = await client(fetch, "http://a:1", 1)
+      .wl.budgets.list()
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(RateLimited);
     expect(sent).toHaveLength(2);
   });

@@ -11,8 +11,20 @@ export interface Sent {
 
 export type Answer = Response | Error | ((sent: Sent) => Promise<Response> | Response);
 
-export function problem(status: number, code: string, extra: Record<string, unknown> = {}, headers: Record<string, string> = {}): Response {
-  const body = { type: `urn:work-ledger:problem:${code}`, title: code, status, detail: `refused: ${code}`, code, ...extra };
+export function problem(
+  status: number,
+  code: string,
+  extra: Record<string, unknown> = {},
+  headers: Record<string, string> = {},
+): Response {
+  const body = {
+    type: `urn:work-ledger:problem:${code}`,
+    title: code,
+    status,
+    detail: `refused: ${code}`,
+    code,
+    ...extra,
+  };
   return new Response(JSON.stringify(body), {
     status,
     headers: { "Content-Type": "application/problem+json", ...headers },
