@@ -22,7 +22,8 @@ const operator = () => new WorkLedger({ url: URLS, token: OPERATOR });
 const agent = (name?: string) =>
   new WorkLedger({ url: URLS, token: AGENT, ...(name ? { agent: `${PRINCIPAL}/${name}` } : {}) });
 
-describe.skipIf(URLS.length < 2)("against two real replicas", () => {
+// Real servers on a machine shared with other test runs: bounds 10x what a test takes alone.
+describe.skipIf(URLS.length < 2)("against two real replicas", { timeout: 120_000 }, () => {
   test("a unit's whole life", async () => {
     const ref = `ts-${RUN}/life`;
     const op = operator();
