@@ -22,7 +22,7 @@ from work_ledger.api import mcp_http, metrics, problems, wire
 from work_ledger.api.access_log import AccessLogMiddleware
 from work_ledger.api.body_limit import BodyLimitMiddleware
 from work_ledger.api.longpoll import Notifier
-from work_ledger.api.openapi_docs import document_headers
+from work_ledger.api.openapi_docs import document_headers, document_responses
 from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.api.routes import (
     attempts,
@@ -220,6 +220,7 @@ def create_app(
                 ref_template="#/components/schemas/{model}"
             )
             components.update(wire.body_schemas())
+            document_responses(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 

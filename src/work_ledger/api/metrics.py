@@ -44,6 +44,7 @@ def install(app: FastAPI, *, token: bool = False) -> LedgerMetrics:
         "/metrics",
         metrics,
         methods=["GET"],
+        operation_id="metrics",
         response_class=Response,
         dependencies=[Depends(require(*ANY_ROLE))] if token else [],
         responses={

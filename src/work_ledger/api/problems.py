@@ -18,10 +18,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from work_ledger.errors import WorkLedgerError
+from work_ledger.errors import WorkLedgerError, all_error_classes
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_BASE = "urn:work-ledger:problem:"
+# The 409 that means "the first request under this key still runs": retry, not a refusal.
+IN_FLIGHT = "idempotency_key_in_flight"
+RETRY_AFTER_SECONDS = 1
 log = structlog.get_logger("work_ledger.api")
 
 
@@ -87,6 +90,10 @@ def error_response(exc: WorkLedgerError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"}
     elif exc.status == 429:
         headers = {"Retry-After": str(exc.extra.get("retry_after", 1))}
+    elif exc.status == 503 or exc.invariant == IN_FLIGHT:
+        # The two answers a client should retry as they are (same Idempotency-Key): say
+        # when, so that a generated client's retry loop needs no guess of its own.
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
     return problem_response(exc.status, exc.code, exc.title, exc.detail, headers=headers, **extra)
 
 
@@ -128,6 +135,16 @@ _HTTP_CODES = {
     413: ("payload_too_large", "Request body too large"),
     415: ("unsupported_media_type", "Unsupported media type"),
 }
+# Codes rendered outside the exception tree: an unexpected failure, an HTTP error without a
+# code of its own, and the 431 that api/connection.py writes before any route runs.
+_OTHER_CODES = ("internal_error", "http_error", "headers_too_large")
+
+
+def all_codes() -> list[str]:
+    """Every `code` the server can send, for the OpenAPI enum: the exception tree's (the
+    server's own classes, not the SDK's client-side subclasses) and the HTTP layer's."""
+    tree = {cls.code for cls in all_error_classes() if cls.__module__ == WorkLedgerError.__module__}
+    return sorted(tree | {code for code, _ in _HTTP_CODES.values()} | set(_OTHER_CODES))
 
 
 def http_response(exc: StarletteHTTPException) -> JSONResponse:

@@ -325,6 +325,10 @@ class AsyncClient:
     async def healthz(self) -> dict[str, Any]:
         return await self.send(calls.health("/healthz"))
 
+    async def readyz(self) -> dict[str, Any]:
+        """Whether the server reaches its database (`Unavailable` after retries if not)."""
+        return await self.send(calls.health("/readyz"))
+
     # -- claiming ------------------------------------------------------------------------
 
     async def claim_work(

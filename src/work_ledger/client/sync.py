@@ -320,6 +320,10 @@ class Client:
     def healthz(self) -> dict[str, Any]:
         return self.send(calls.health("/healthz"))
 
+    def readyz(self) -> dict[str, Any]:
+        """Whether the server reaches its database (`Unavailable` after retries if not)."""
+        return self.send(calls.health("/readyz"))
+
     # -- claiming ------------------------------------------------------------------------
 
     def claim_work(

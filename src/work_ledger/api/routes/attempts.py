@@ -44,6 +44,7 @@ def _unit_attempt(request: Request, result: tuple[Unit, Attempt]) -> Response:
     "/attempts/{attempt_id}/heartbeat",
     response_model=UnitAttemptOut,
     openapi_extra=body_doc(LeaseIn),
+    operation_id="heartbeat",
 )
 async def heartbeat(
     request: Request,
@@ -59,7 +60,10 @@ async def heartbeat(
 
 
 @router.post(
-    "/attempts/{attempt_id}/cost", response_model=AttemptUnitOut, openapi_extra=body_doc(CostIn)
+    "/attempts/{attempt_id}/cost",
+    response_model=AttemptUnitOut,
+    openapi_extra=body_doc(CostIn),
+    operation_id="recordCost",
 )
 async def record_cost(
     request: Request,

@@ -28,6 +28,7 @@ NotAgent = Annotated[Caller, Depends(require(*(r for r in Role if r is not Role.
     responses=problems.WRITE_RESPONSES,
     response_model=BudgetOut,
     openapi_extra=body_doc(BudgetIn),
+    operation_id="setBudget",
 )
 async def set_budget(w: Annotated[Write[BudgetIn], Depends(write_of(BudgetIn))]) -> Response:
     """Create or update the budget of a fleet (no domain) or of one domain of it
@@ -46,7 +47,7 @@ async def set_budget(w: Annotated[Write[BudgetIn], Depends(write_of(BudgetIn))])
     )
 
 
-@router.get("/budgets", responses=problems.READ_RESPONSES)
+@router.get("/budgets", responses=problems.READ_RESPONSES, operation_id="listBudgets")
 async def list_budgets(svc: LedgerDep, _: NotAgent) -> BudgetPage:
     """Every budget: its cap, what its scope has spent, and what remains."""
     budgets = await svc.list_budgets()

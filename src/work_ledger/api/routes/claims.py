@@ -40,6 +40,7 @@ def _claim_out(request: Request, claim: Claim) -> Response:
     responses=problems.WRITE_RESPONSES,
     response_model=ClaimOut,
     openapi_extra=body_doc(ClaimIn),
+    operation_id="claimNext",
 )
 async def claim_next(
     request: Request,
@@ -100,6 +101,7 @@ async def _wait_for_claim(request: Request, look: Look, agent: str, body: ClaimI
     responses=problems.WRITE_RESPONSES,
     response_model=UnitAttemptOut,
     openapi_extra=body_doc(LeaseIn),
+    operation_id="claimUnit",
 )
 async def claim_named(
     request: Request,

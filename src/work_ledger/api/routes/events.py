@@ -24,7 +24,7 @@ def _page(items: object, next_cursor: str | None) -> EventPage:
     )
 
 
-@router.get("/events")
+@router.get("/events", operation_id="listEvents")
 async def list_events(
     svc: LedgerDep, _: Reader, limit: Limit = 100, cursor: Cursor = None
 ) -> EventPage:
@@ -34,7 +34,7 @@ async def list_events(
 
 
 # Included before the units router: `/units/{unit:path}` would otherwise swallow `/events`.
-@router.get("/units/{unit:path}/events")
+@router.get("/units/{unit:path}/events", operation_id="listUnitEvents")
 async def list_unit_events(
     request: Request,
     unit: Annotated[str, Path(min_length=1, max_length=256)],

@@ -15,7 +15,7 @@ router = APIRouter(tags=["health"])
 READY_TIMEOUT_SECONDS = 2.0
 
 
-@router.get("/healthz")
+@router.get("/healthz", operation_id="healthz")
 async def healthz() -> Health:
     """The process is up."""
     return Health(status="ok")
@@ -32,7 +32,7 @@ def _forget(task: asyncio.Task[None]) -> None:
         task.exception()
 
 
-@router.get("/readyz", responses=problems.UNAVAILABLE)
+@router.get("/readyz", responses=problems.UNAVAILABLE, operation_id="readyz")
 async def readyz(request: Request) -> Health:
     """The database answers `SELECT 1` within two seconds; 503 otherwise.
 

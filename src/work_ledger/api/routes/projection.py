@@ -78,7 +78,10 @@ class ProjectionOut(BaseModel):
 
 
 @router.post(
-    "/projection/events", response_model=ProjectionOut, openapi_extra=body_doc(ProjectionIn)
+    "/projection/events",
+    response_model=ProjectionOut,
+    openapi_extra=body_doc(ProjectionIn),
+    operation_id="projectEvents",
 )
 async def project_events(
     w: Annotated[Write[ProjectionIn], Depends(write_of(ProjectionIn, Role.PROJECTOR))],

@@ -37,7 +37,7 @@ Wait = Annotated[
 ]
 
 
-@router.get("/questions", responses=problems.READ_RESPONSES)
+@router.get("/questions", responses=problems.READ_RESPONSES, operation_id="listQuestions")
 async def list_questions(
     request: Request,
     svc: LedgerDep,
@@ -73,7 +73,11 @@ async def list_questions(
         await notifier.wait(wake, remaining)
 
 
-@router.get("/questions/{question_id}", responses=problems.READ_RESPONSES)
+@router.get(
+    "/questions/{question_id}",
+    responses=problems.READ_RESPONSES,
+    operation_id="getQuestion",
+)
 async def get_question(
     request: Request, question_id: uuid.UUID, svc: LedgerDep, _: Reader, wait_seconds: Wait = 0
 ) -> QuestionOut:
@@ -101,6 +105,7 @@ def _question_out(request: Request, question: Question) -> Response:
     responses=problems.WRITE_RESPONSES,
     response_model=QuestionOut,
     openapi_extra=body_doc(CancelIn),
+    operation_id="cancelQuestion",
 )
 async def cancel_question(
     request: Request,
@@ -122,6 +127,7 @@ async def cancel_question(
     responses=problems.WRITE_RESPONSES,
     response_model=QuestionOut,
     openapi_extra=body_doc(RouteIn),
+    operation_id="routeQuestion",
 )
 async def route(
     request: Request,

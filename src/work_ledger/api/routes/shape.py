@@ -28,6 +28,7 @@ UnitRef = Annotated[
     status_code=201,
     response_model=SplitOut,
     openapi_extra=body_doc(SplitIn),
+    operation_id="splitUnit",
 )
 async def split(
     request: Request,
@@ -62,6 +63,7 @@ async def split(
     "/units/{unit:path}/waive",
     response_model=DisposeOut,
     openapi_extra=body_doc(WaiveIn),
+    operation_id="waivePrerequisite",
 )
 async def waive(
     request: Request,

@@ -73,6 +73,7 @@ def _unit_question(request: Request, result: tuple[Unit, Question], status: int 
     responses=problems.WRITE_RESPONSES,
     response_model=RegisterOut,
     openapi_extra=body_doc(RegisterIn),
+    operation_id="registerUnits",
 )
 async def register_units(
     w: Annotated[Write[RegisterIn], Depends(write_of(RegisterIn))],
@@ -113,6 +114,7 @@ async def register_units(
     responses=problems.WRITE_RESPONSES,
     response_model=UnitAttemptOut,
     openapi_extra=body_doc(TransitionIn),
+    operation_id="transitionUnit",
 )
 async def transition(
     request: Request,
@@ -169,6 +171,7 @@ async def transition(
     responses=problems.WRITE_RESPONSES,
     response_model=UnitQuestionOut,
     openapi_extra=body_doc(BlockIn),
+    operation_id="blockUnit",
 )
 async def block(
     request: Request,
@@ -194,6 +197,7 @@ async def block(
     responses=problems.WRITE_RESPONSES,
     response_model=UnitQuestionOut,
     openapi_extra=body_doc(UnblockIn),
+    operation_id="unblockUnit",
 )
 async def unblock(
     request: Request,
@@ -215,6 +219,7 @@ async def unblock(
     responses=problems.WRITE_RESPONSES,
     response_model=DisposeOut,
     openapi_extra=body_doc(DisposeIn),
+    operation_id="disposeUnit",
 )
 async def dispose(
     request: Request,
@@ -241,7 +246,7 @@ async def dispose(
     )
 
 
-@router.get("/units")
+@router.get("/units", operation_id="listUnits")
 async def list_units(
     svc: LedgerDep,
     _: Reader,
@@ -266,7 +271,7 @@ async def list_units(
     )
 
 
-@router.get("/units/{unit:path}")
+@router.get("/units/{unit:path}", operation_id="getUnit")
 async def get_unit(request: Request, unit: UnitRef, svc: LedgerDep, _: Reader) -> UnitDetailOut:
     """One unit with its attempts (each with its cost by model) and questions, what it
     waits on, its requirements, parent, children and the cost of its whole subtree."""
