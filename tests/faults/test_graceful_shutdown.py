@@ -66,9 +66,10 @@ async def test_sigterm_answers_what_it_holds_stops_postgres_and_exits_0() -> Non
             await rest_of_body.wait()
             yield b'"domain":"orders"}]}'
 
-        async with client(server.url, agent, timeout=120) as agents, client(
-            server.url, operator, timeout=120
-        ) as operators:
+        async with (
+            client(server.url, agent, timeout=120) as agents,
+            client(server.url, operator, timeout=120) as operators,
+        ):
             poll = asyncio.create_task(
                 agents.post(
                     "/units/claim",
@@ -84,7 +85,8 @@ async def test_sigterm_answers_what_it_holds_stops_postgres_and_exits_0() -> Non
             pid = server.proc.pid
             await _until(lambda: _held_connections(pid, server.port) >= 2, within=30)
             await asyncio.sleep(0.5)  # both requests read by the server, not just accepted
-            assert not poll.done() and not register.done()
+            assert not poll.done()
+            assert not register.done()
 
             server.proc.send_signal(signal.SIGTERM)
             signalled = time.monotonic()

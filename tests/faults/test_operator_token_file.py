@@ -67,6 +67,7 @@ async def test_a_bad_token_file_refuses_to_start_naming_it(
     code, out = await cli(env, "serve", "--port", str(server.port), *PUBLIC)
     assert code == 1, out
     said = " ".join(out.split())
-    assert "WL_OPERATOR_TOKEN_FILE" in said and path.name in said, said
+    assert "WL_OPERATOR_TOKEN_FILE" in said, said
+    assert path.name in said, said
     assert "work-ledger token new" in said or "unset the variable" in said, said
     assert await raw.fetchval("SELECT count(*) FROM wl_api_tokens") == 0
