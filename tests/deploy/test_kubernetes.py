@@ -183,3 +183,17 @@ def test_each_kustomization_renders_valid_manifests_job_first(folder: Path) -> N
                 "name": "work-ledger-db-app",
                 "key": "uri",
             }
+
+
+def test_cloudnative_pg_grants_what_grant_ledger_role_sql_grants() -> None:
+    """The Cluster's post-init SQL is deploy/kubernetes/grant-ledger-role.sql's statement
+    (tests/db/test_ledger_role_grants.py runs that file)."""
+
+    def statement(text: str) -> str:
+        return " ".join(text[text.index("DO $$") :].split())
+
+    cluster = _documents(ROOT / "overlays" / "cloudnative-pg" / "cluster.yaml")[0]
+    initdb = cluster["spec"]["bootstrap"]["initdb"]
+    (posted,) = initdb["postInitApplicationSQL"]
+    assert statement(posted) == statement((ROOT / "grant-ledger-role.sql").read_text())
+    assert initdb["owner"] == "work_ledger"
