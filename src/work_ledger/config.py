@@ -50,6 +50,8 @@ class Settings:
     migrate_lock_timeout: float = DEFAULT_MIGRATE_LOCK_TIMEOUT  # seconds
     # The embedded server's WAL, streamed here (another disk) before a commit is acknowledged.
     wal_mirror: Path | None = None
+    # WL_OPERATOR_TOKEN_FILE: the first operator token, from a file (a Kubernetes Secret).
+    operator_token_file: Path | None = None
 
 
 def _flag(name: str) -> bool:
@@ -115,6 +117,9 @@ def load_settings() -> Settings:
         statement_timeout=_positive_seconds("WL_STATEMENT_TIMEOUT", DEFAULT_STATEMENT_TIMEOUT),
         max_attempts=_max_attempts(),
         direct_database_url=os.environ.get("WL_DIRECT_DATABASE_URL") or None,
+        operator_token_file=Path(os.environ["WL_OPERATOR_TOKEN_FILE"]).expanduser()
+        if os.environ.get("WL_OPERATOR_TOKEN_FILE")
+        else None,
         migrate_lock_timeout=_positive_seconds(
             "WL_MIGRATE_LOCK_TIMEOUT", DEFAULT_MIGRATE_LOCK_TIMEOUT
         ),

@@ -47,6 +47,7 @@ from work_ledger.service.tokens import (
     OPERATOR_TOKEN_FILE,
     Role,
     TokenStore,
+    first_operator_from_file,
     load_secret,
     write_private,
 )
@@ -73,7 +74,14 @@ def is_loopback(host: str) -> bool:
 
 
 async def _guard_tokens(app: FastAPI, tokens: TokenStore, settings: Settings, host: str) -> None:
-    """No tokens yet: refuse a non-loopback bind; on loopback, mint the first operator."""
+    """No tokens yet: store WL_OPERATOR_TOKEN_FILE's as the first operator's; else refuse
+    a non-loopback bind, and on loopback mint the first operator token."""
+    if await first_operator_from_file(tokens, settings.operator_token_file):
+        print(
+            f"No API token existed: stored the operator token of {settings.operator_token_file} "
+            "(WL_OPERATOR_TOKEN_FILE)",
+            flush=True,
+        )
     if await tokens.count_live() > 0:
         return
     if not is_loopback(host):

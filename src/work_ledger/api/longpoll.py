@@ -13,6 +13,10 @@ A woken waiter that claims passes the turn to the next one (more units may be re
 one that leaves without claiming hands its turn on. Lapsed leases send no notification,
 so once every `FALLBACK_SECONDS` the first waiter looks anyway; question waiters simply
 wake that often. Every waiter wakes while the listener reconnects.
+
+On shutdown (SIGTERM) `drain` wakes every waiter for good: each looks once more and
+answers what it has (a claim `unit: null`), so a stopping replica holds no long-poll
+open for its whole `wait_seconds`, and the agent asks again at another replica.
 """
 
 from __future__ import annotations
@@ -83,6 +87,16 @@ class Notifier:
         self._fallback: asyncio.Task[None] | None = None
         self._lost = asyncio.Event()
         self.connected = asyncio.Event()
+        self.draining = False
+
+    def drain(self) -> None:
+        """Shutdown began: wake every waiter now, and let none wait again."""
+        self.draining = True
+        for queue in self._claims.values():
+            queue.wake(len(queue))
+        self._questions_changed.set()
+        for event, _ in self._question.values():
+            event.set()
 
     # -- what waiters use ------------------------------------------------------------
 

@@ -48,20 +48,34 @@ def audit() -> None:
     raise typer.Exit(1)
 
 
-def _exit_on_signal(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
+def _stopped(_signum: int, _frame: object) -> None:
+    # A stop asked for is a clean stop: Kubernetes and systemd count the default exit
+    # status of SIGTERM (143) as a failure.
+    raise SystemExit(0)
 
 
-async def _refuse_public_without_tokens(host: str) -> None:
-    from work_ledger.service.tokens import TokenStore, load_secret
+async def _first_token(host: str, *, migrate: bool) -> None:
+    """Before binding: store WL_OPERATOR_TOKEN_FILE's token if the ledger has none (a bad
+    file refuses here, named); then, on a non-loopback address, refuse a ledger that still
+    has no token."""
+    from work_ledger.api.app import is_loopback
+    from work_ledger.service.tokens import TokenStore, first_operator_from_file, load_secret
 
     settings = load_settings()
-    async with open_ledger(settings, max_connections=1) as ledger:
+    async with open_ledger(settings, max_connections=1, migrate=migrate) as ledger:
         tokens = TokenStore(ledger.store, load_secret(settings.secret, settings.home))
-        if await tokens.count_live() == 0:
+        if await first_operator_from_file(tokens, settings.operator_token_file):
+            err_console.print(
+                f"No API token existed: stored the operator token of "
+                f"{settings.operator_token_file} (WL_OPERATOR_TOKEN_FILE)",
+                highlight=False,
+                markup=False,
+            )
+        if not is_loopback(host) and await tokens.count_live() == 0:
             err_console.print(
                 f"refusing to serve on {host}: no API token exists yet, so anyone could reach "
-                "an unprotected ledger. Run `work-ledger token create --role operator "
+                "an unprotected ledger. Mount a token made by `work-ledger token new` and name "
+                "it in WL_OPERATOR_TOKEN_FILE, run `work-ledger token create --role operator "
                 "--principal NAME` first, or serve on 127.0.0.1 once to mint the first "
                 "operator token.",
                 highlight=False,
@@ -154,17 +168,19 @@ def serve(
     from work_ledger.api.access_log import configure_logging
     from work_ledger.api.app import create_app, is_loopback
     from work_ledger.api.connection import server_options
+    from work_ledger.api.serving import DrainingServer
 
     tls = _tls_files(tls_cert, tls_key)
     _check_plain_http(host, tls is not None, allow_plain_http)
     configure_logging()
     # uvicorn re-raises SIGTERM after its graceful shutdown; exiting through SystemExit
-    # instead runs the atexit hooks, so the embedded PostgreSQL stops with us.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
-    if not is_loopback(host):
-        run_async(_refuse_public_without_tokens(host))
-    uvicorn.run(
-        create_app(load_settings(), host=host, bootstrap=True, migrate=not no_migrate),
+    # instead runs the atexit hooks, so the embedded PostgreSQL stops with us (and exits 0).
+    signal.signal(signal.SIGTERM, _stopped)
+    if not is_loopback(host) or load_settings().operator_token_file is not None:
+        run_async(_first_token(host, migrate=not no_migrate))
+    application = create_app(load_settings(), host=host, bootstrap=True, migrate=not no_migrate)
+    config = uvicorn.Config(
+        application,
         host=host,
         port=port,
         loop="uvloop",
@@ -174,3 +190,7 @@ def serve(
         ssl_keyfile=tls and tls[1],
         **server_options(),  # header size, read deadlines, keep-alive, connection cap
     )
+    server = DrainingServer(config, application)
+    server.run()
+    if not server.started:  # start-up failed: uvicorn logged why
+        raise typer.Exit(3)

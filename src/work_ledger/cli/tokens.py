@@ -1,4 +1,4 @@
-"""`work-ledger token create|list|revoke`: API tokens, managed directly in the database."""
+"""`work-ledger token create|new|list|revoke`: API tokens, managed directly in the database."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.table import Table
 from work_ledger.cli.typer_app import app, console, err_console, run_async
 from work_ledger.config import load_settings
 from work_ledger.runtime import open_ledger
-from work_ledger.service.tokens import Role, TokenInfo, TokenStore, load_secret
+from work_ledger.service.tokens import Role, TokenInfo, TokenStore, load_secret, new_token
 
 token_app = typer.Typer(help="Mint, list and revoke API tokens (DESIGN §7).", no_args_is_help=True)
 app.add_typer(token_app, name="token")
@@ -54,6 +54,13 @@ def create(
         "it is shown once, keep it secret"
     )
     print(token, flush=True)
+
+
+@token_app.command("new")
+def new() -> None:
+    """Print a fresh token without storing it: the content of WL_OPERATOR_TOKEN_FILE (a
+    Kubernetes Secret), which `serve` stores as the first operator token of an empty ledger."""
+    print(new_token(), flush=True)
 
 
 @token_app.command("list")

@@ -95,6 +95,38 @@ def load_secret(secret: str | None, home: Path) -> bytes:
     raise RuntimeError(f"{path} is empty; delete it or set WL_SECRET")
 
 
+def new_token() -> str:
+    """A fresh token, not yet stored anywhere."""
+    return f"wl_{secrets.token_hex(4)}_{secrets.token_urlsafe(32)}"
+
+
+def read_token_file(path: Path) -> str:
+    """The token in `path` (WL_OPERATOR_TOKEN_FILE, e.g. a mounted Kubernetes Secret)."""
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise InvalidInput(
+            f"cannot read the operator token file {path} (WL_OPERATOR_TOKEN_FILE): "
+            f"{exc.strerror or exc}; mount the file readable by this user, or unset the variable"
+        ) from None
+    if not _TOKEN.match(token):
+        raise InvalidInput(
+            f"the operator token file {path} (WL_OPERATOR_TOKEN_FILE) holds no work-ledger "
+            "token (wl_, 8 hex digits, _, then 16 to 128 of letters, digits, - and _); "
+            "write one made by `work-ledger token new` into it"
+        )
+    return token
+
+
+async def first_operator_from_file(tokens: TokenStore, path: Path | None) -> bool:
+    """Store the token in `path` as the first operator token while the ledger has no live
+    token (a fresh deployment needs no `token create` inside its container). True when it
+    was stored now; a ledger with tokens ignores the file."""
+    if path is None or await tokens.count_live() > 0:
+        return False
+    return await tokens.create_first(Role.OPERATOR, "operator", read_token_file(path)) is not None
+
+
 def write_private(path: Path, text: str) -> None:
     """Write `text` to a file readable by its owner only."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,8 +150,11 @@ class TokenStore:
         # hmac.digest: OpenSSL's one-shot HMAC, without an HMAC object per request.
         return hmac.digest(self._secret, token.encode(), "sha256")
 
-    def _new(self, role: Role | str, principal: str) -> tuple[str, tuple[str, bytes, str, str]]:
-        """A fresh token and the row that stores it (prefix, HMAC, role, principal)."""
+    def _new(
+        self, role: Role | str, principal: str, token: str | None = None
+    ) -> tuple[str, tuple[str, bytes, str, str]]:
+        """A token (a fresh one unless given) and the row that stores it (prefix, HMAC,
+        role, principal)."""
         try:
             role = Role(role)
         except ValueError:
@@ -131,9 +166,14 @@ class TokenStore:
                 f"principal {principal!r} must be 1..128 of letters, digits and . _ : @ -, "
                 "starting with a letter or digit (no '/': sub-agents are named per request)"
             )
-        prefix = secrets.token_hex(4)
-        token = f"wl_{prefix}_{secrets.token_urlsafe(32)}"
-        return token, (prefix, self.digest(token), role.value, principal)
+        token = token or new_token()
+        match = _TOKEN.match(token)
+        if match is None:
+            raise InvalidInput(
+                "the token is not a work-ledger token: wl_, 8 hex digits, _, then 16 to 128 "
+                "of letters, digits, - and _ (`work-ledger token new` prints one)"
+            )
+        return token, (match[1], self.digest(token), role.value, principal)
 
     async def create(self, role: Role | str, principal: str) -> tuple[str, TokenInfo]:
         """Mint a token; the plain token is returned here and never again."""
@@ -142,10 +182,13 @@ class TokenStore:
         assert row is not None
         return token, TokenInfo.from_record(row)
 
-    async def create_first(self, role: Role | str, principal: str) -> tuple[str, TokenInfo] | None:
-        """Mint a token only if no live token exists, else None. Serialized in the database,
-        so of replicas started together on an empty ledger exactly one mints."""
-        token, row_values = self._new(role, principal)
+    async def create_first(
+        self, role: Role | str, principal: str, token: str | None = None
+    ) -> tuple[str, TokenInfo] | None:
+        """Mint a token (or store the one given) only if no live token exists, else None.
+        Serialized in the database, so of replicas started together on an empty ledger
+        exactly one mints."""
+        token, row_values = self._new(role, principal, token)
         async with translated_errors(), self.store.pool.acquire() as conn, conn.transaction():
             await conn.execute(QUERIES["lock_first_token"])
             row = await conn.fetchrow(QUERIES["insert_first_token"], *row_values)

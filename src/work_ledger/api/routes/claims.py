@@ -85,7 +85,7 @@ async def _wait_for_claim(request: Request, look: Look, agent: str, body: ClaimI
             claim = await look(agent, domain=body.domain, lease_seconds=body.lease_seconds)
             claimed = claim.unit is not None and not claim.resumed
             remaining = deadline - loop.time()
-            if claim.unit is not None or remaining <= 0:
+            if claim.unit is not None or remaining <= 0 or notifier.draining:
                 return claim
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(turn), remaining)

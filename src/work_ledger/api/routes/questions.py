@@ -66,7 +66,7 @@ async def list_questions(
             cursor=cursor,
         )
         remaining = deadline - loop.time()
-        if page.items or remaining <= 0:
+        if page.items or remaining <= 0 or notifier.draining:
             return QuestionPage.model_validate(
                 {"items": page.items, "next_cursor": page.next_cursor}, from_attributes=True
             )
@@ -89,7 +89,7 @@ async def get_question(
         while True:
             question = await svc.get_question(question_id)
             remaining = deadline - loop.time()
-            if question.status is not QuestionStatus.OPEN or remaining <= 0:
+            if question.status is not QuestionStatus.OPEN or remaining <= 0 or notifier.draining:
                 unit_logged(request, question.unit_id)
                 return QuestionOut.model_validate(question)
             await notifier.wait(closed, remaining)
