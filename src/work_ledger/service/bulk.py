@@ -101,7 +101,7 @@ def _skip_reason(action: str, external_ref: str, state: State, leaving: Sequence
     allowed = ", ".join(NEXT_ACTIONS[state]) or "nothing (the unit is closed for good)"
     return (
         f"{SKIP_RULE}: unit {external_ref} is {state}; {action} needs it {needs}. "
-        f"Allowed from {state}: {allowed}. Skipped; the other units went on."
+        f"Allowed from {state}: {allowed}."
     )
 
 
