@@ -3,14 +3,19 @@ run is one transaction, each unit gets its ordinary event carrying `detail.bulk`
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+from typing import Any, ClassVar
 
 import asyncpg
 import pytest
+from asyncpg import Pool
 
 from support.placing import OPERATOR, Snapshot, UnitFactory
-from work_ledger.domain.model import Disposition, NewUnit, Outcome, State
+from support.racing import racing_ledgers
+from work_ledger.db.store import Store
+from work_ledger.domain.model import Actor, Disposition, NewUnit, Outcome, State
 from work_ledger.errors import InvalidInput, InvariantViolation
 from work_ledger.service.bulk import SKIP_RULE, BulkAction, BulkFilter, BulkResult
 from work_ledger.service.ledger import Ledger
@@ -262,3 +267,100 @@ async def test_bad_input_is_refused(
         await ledger.bulk(
             action, ORDERS, OPERATOR, reason=reason, disposition=disposition, limit=limit
         )
+
+
+class CountingStore(Store):
+    """A store that counts the statements it sends."""
+
+    sent: ClassVar[list[str]] = []
+
+    async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
+        self.sent.append(name)
+        return await super().fetch(name, *args)
+
+    async def fetchrow(self, name: str, *args: Any) -> asyncpg.Record | None:
+        self.sent.append(name)
+        return await super().fetchrow(name, *args)
+
+
+async def test_a_real_run_is_one_statement(ledger: Ledger, pool: Pool) -> None:
+    """1000 units disposed, and 1000 released, each in one statement: one round trip."""
+    refs = [f"u{i:04d}" for i in range(1000)]
+    await ledger.register([NewUnit(r, "fleet-a", "orders") for r in refs], OPERATOR)
+    counted = Ledger(CountingStore(pool))
+    CountingStore.sent.clear()
+    result = await counted.bulk(
+        BulkAction.DISPOSE,
+        ORDERS,
+        OPERATOR,
+        reason="r",
+        disposition=Disposition.DROPPED,
+        dry_run=False,
+    )
+    assert (len(result.changed), CountingStore.sent) == (1000, ["bulk_dispose_units"])
+
+
+async def test_bulk_migrated_closes_verified_units(ledger: Ledger, units: UnitFactory) -> None:
+    """MIGRATED closes verified units (done) and skips the rest."""
+    verified = (await units.place(State.VERIFIED)).unit
+    ready = (await units.place(State.READY)).unit
+    result = await ledger.bulk(
+        BulkAction.DISPOSE,
+        ORDERS,
+        OPERATOR,
+        reason="signed off",
+        disposition=Disposition.MIGRATED,
+        dry_run=False,
+    )
+    assert [(c.id, c.to_state) for c in result.changed] == [(verified.id, State.DONE)]
+    assert [s.id for s in result.skipped] == [ready.id]
+    assert (await ledger.get_unit(verified.external_ref)).unit.disposition is Disposition.MIGRATED
+
+
+async def test_bulk_racing_claimers_answers_the_truth(
+    database_url: str, raw: asyncpg.Connection
+) -> None:
+    """16 agents claim while a bulk DROPPED of the ready units runs: no unit is both
+    claimed and dropped, every dropped unit has its event of the run, and the answer's
+    `changed` is exactly the units the run dropped."""
+    async with racing_ledgers(database_url, 17) as ledgers:
+        refs = [f"u{i:04d}" for i in range(400)]
+        await ledgers[0].register([NewUnit(r, "fleet-a", "orders") for r in refs], OPERATOR)
+        ready = BulkFilter("fleet-a", states=(State.READY,))
+        claimed: list[str] = []
+
+        async def agent(ledger: Ledger, name: str) -> None:
+            for _ in range(10):
+                claim = await ledger.claim(name)
+                if claim.unit is None:
+                    return
+                claimed.append(claim.unit.external_ref)
+                await ledger.start(claim.unit.external_ref, Actor(name))
+                await ledger.dispose(claim.unit.external_ref, Disposition.DEAD, OPERATOR)
+
+        async def bulk() -> BulkResult:
+            await asyncio.sleep(0.01)
+            return await ledgers[16].bulk(
+                BulkAction.DISPOSE,
+                ready,
+                OPERATOR,
+                reason="race",
+                disposition=Disposition.DROPPED,
+                dry_run=False,
+            )
+
+        *_, result = await asyncio.gather(
+            *(agent(ledgers[n], f"agent-{n}") for n in range(16)), bulk()
+        )
+    dropped = await raw.fetch(
+        "SELECT u.external_ref FROM work_units AS u JOIN work_unit_events AS e"
+        " ON e.unit_id = u.id AND e.detail->'bulk'->>'operation' = $1"
+        " WHERE u.disposition = 'DROPPED'",
+        str(result.operation),
+    )
+    changed = {c.external_ref for c in result.changed}
+    assert changed == {r["external_ref"] for r in dropped}
+    assert changed.isdisjoint(claimed)
+    assert len(changed) + len(claimed) == 400
+    assert claimed  # the claims sent before the run won their units
+    assert result.skipped == []
