@@ -364,3 +364,63 @@ async def test_bulk_racing_claimers_answers_the_truth(
     assert len(changed) + len(claimed) == 400
     assert claimed  # the claims sent before the run won their units
     assert result.skipped == []
+
+
+async def last_event(raw: asyncpg.Connection, unit_id: object) -> dict[str, Any]:
+    row = await raw.fetchrow(
+        "SELECT event_type, from_state::text, to_state::text,"
+        " attempt_id IS NOT NULL AS has_attempt, detail::text FROM work_unit_events"
+        " WHERE unit_id = $1 ORDER BY id DESC LIMIT 1",
+        unit_id,
+    )
+    assert row is not None
+    event = dict(row)
+    detail = json.loads(event.pop("detail"))
+    detail.pop("bulk", None)
+    if "cancelled_question_ids" in detail:
+        detail["cancelled_question_ids"] = len(detail["cancelled_question_ids"])
+    detail.pop("question_id", None)
+    return {**event, **detail}
+
+
+@pytest.mark.parametrize(
+    ("state", "disposition"),
+    [
+        (State.BLOCKED, Disposition.DEFERRED),
+        (State.IN_PROGRESS, Disposition.DEAD),
+        (State.WAITING, Disposition.DROPPED),
+        (State.IN_PROGRESS, None),
+        (State.CLAIMED, None),
+    ],
+)
+async def test_each_unit_gets_the_event_a_single_write_appends(
+    ledger: Ledger,
+    units: UnitFactory,
+    raw: asyncpg.Connection,
+    state: State,
+    disposition: Disposition | None,
+) -> None:
+    """A unit changed by a bulk run gets the event a single dispose (or release) by an
+    operator appends, field for field, plus `detail.bulk`."""
+    alone = (await units.place(state)).unit
+    bulked = (await units.place(state)).unit
+    if disposition is None:
+        await ledger.release(alone.external_ref, OPERATOR, reason="r")
+        action = BulkAction.RELEASE
+    else:
+        await ledger.dispose(alone.external_ref, disposition, OPERATOR, reason="r")
+        action = BulkAction.DISPOSE
+    where = dataclasses.replace(ORDERS, external_ref_prefix=bulked.external_ref)
+    result = await ledger.bulk(
+        action, where, OPERATOR, reason="r", disposition=disposition, dry_run=False
+    )
+    assert [c.id for c in result.changed] == [bulked.id]
+    assert await last_event(raw, bulked.id) == await last_event(raw, alone.id)
+    single = await ledger.get_unit(alone.external_ref)
+    bulk = await ledger.get_unit(bulked.external_ref)
+    assert (bulk.unit.state, bulk.unit.failed_attempts) == (
+        single.unit.state,
+        single.unit.failed_attempts,
+    )
+    assert [a.outcome for a in bulk.attempts] == [a.outcome for a in single.attempts]
+    assert [q.status for q in bulk.questions] == [q.status for q in single.questions]

@@ -64,11 +64,15 @@ WITH matched AS (
     SELECT t.id, t.attempt_id, 'disposed', t.from_state, t.state, $10,
            jsonb_strip_nulls(jsonb_build_object(
                'disposition', $7::work_disposition, 'reason', $9::text,
-               'cancelled_question_ids',
-               (SELECT array_agg(c.id) FROM cancelled AS c WHERE c.unit_id = t.id),
-               'ended_attempt', EXISTS (SELECT 1 FROM attempt AS e WHERE e.unit_id = t.id),
+               'cancelled_question_ids', c.ids,
+               'ended_attempt', e.unit_id IS NOT NULL,
                'bulk', jsonb_build_object('operation', $12::uuid, 'reason', $9::text)))
+    -- Joins, not a subquery per unit: a CTE has no index, and 10,000 units each scanning
+    -- the others' rows would be quadratic.
     FROM unit AS t
+    LEFT JOIN attempt AS e ON e.unit_id = t.id
+    LEFT JOIN (SELECT unit_id, array_agg(id) AS ids FROM cancelled GROUP BY unit_id) AS c
+           ON c.unit_id = t.id
 )
 SELECT p.id, p.external_ref, p.from_state, p.to_state, p.allowed
 FROM plan AS p
@@ -124,9 +128,10 @@ WITH matched AS (
            jsonb_strip_nulls(jsonb_build_object(
                'reason', $7::text, 'outcome', 'abandoned',
                'attempt_limit_reached', CASE WHEN t.state = 'waiting' THEN true END,
-               'question_id', (SELECT q.id FROM question AS q WHERE q.unit_id = t.id),
+               'question_id', q.id,
                'bulk', jsonb_build_object('operation', $10::uuid, 'reason', $7::text)))
     FROM unit AS t
+    LEFT JOIN question AS q ON q.unit_id = t.id
 )
 SELECT p.id, p.external_ref, p.from_state, p.to_state, p.allowed
 FROM plan AS p
