@@ -318,7 +318,7 @@ async def test_bulk_migrated_closes_verified_units(ledger: Ledger, units: UnitFa
 
 
 async def test_bulk_racing_claimers_answers_the_truth(
-    database_url: str, raw: asyncpg.Connection
+    database_url: str, raw: asyncpg.Connection, pool: Pool
 ) -> None:
     """16 agents claim while a bulk DROPPED of the ready units runs: no unit is both
     claimed and dropped, every dropped unit has its event of the run, and the answer's
@@ -363,6 +363,7 @@ async def test_bulk_racing_claimers_answers_the_truth(
     assert changed.isdisjoint(claimed)
     assert len(changed) + len(claimed) == 400
     assert claimed  # the claims sent before the run won their units
+    assert await Ledger(Store(pool)).audit() == []
     assert result.skipped == []
 
 
@@ -424,3 +425,4 @@ async def test_each_unit_gets_the_event_a_single_write_appends(
     )
     assert [a.outcome for a in bulk.attempts] == [a.outcome for a in single.attempts]
     assert [q.status for q in bulk.questions] == [q.status for q in single.questions]
+    assert await ledger.audit() == []  # the event log replays to the same rows
