@@ -217,3 +217,10 @@ async def test_route_has_its_operation_id(api: Api) -> None:
     assert operation["operationId"] == "bulkUnits"
     answer = document["components"]["schemas"]["BulkChangedOut"]["properties"]
     assert {"from", "to"} <= answer.keys()
+
+
+async def test_a_unit_named_bulk_is_still_read(operator: httpx.AsyncClient) -> None:
+    """GET /units/bulk is the unit whose external_ref is `bulk`: only POST is the route."""
+    await register(operator, "bulk")
+    shown = await operator.get("/units/bulk")
+    assert (shown.status_code, shown.json()["external_ref"]) == (200, "bulk")
