@@ -27,6 +27,7 @@ from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.api.routes import (
     attempts,
     budgets,
+    bulk,
     claims,
     events,
     health,
@@ -199,7 +200,19 @@ def create_app(
     app.state.bootstrap = bootstrap
     problems.install(app)
     # events before units, whose /units/{unit} would otherwise take /units/{unit}/events.
-    routers = (health, events, claims, units, shape, attempts, questions, projection, budgets)
+    # bulk before units, too: POST /units/bulk is no unit's path.
+    routers = (
+        health,
+        events,
+        claims,
+        bulk,
+        units,
+        shape,
+        attempts,
+        questions,
+        projection,
+        budgets,
+    )
     for module in routers:
         # The routes themselves, not `include_router`: FastAPI matches an included router's
         # routes through a wrapper of its own, twice per request, ~10 % of a write's CPU

@@ -16,6 +16,7 @@ from work_ledger.client._sending import Call
 from work_ledger.client.errors import NothingToClaim
 from work_ledger.client.models import (
     Asked,
+    BulkResult,
     Claim,
     Event,
     NewChild,
@@ -224,6 +225,26 @@ def waive(unit: str, prerequisite: str, reason: str | None, key: str | None) -> 
 def set_budget(fleet: str, cap_cents: int, domain: str | None, key: str | None) -> Call[Budget]:
     body = {"fleet": fleet, "domain": domain, "cap_cents": cap_cents}
     return _write("/budgets", body, Budget.from_json, key=key)
+
+
+def bulk(
+    action: str,
+    where: Mapping[str, Any],
+    reason: str,
+    disposition: str | None,
+    dry_run: bool,
+    limit: int | None,
+    key: str | None,
+) -> Call[BulkResult]:
+    body = {
+        "filter": _drop_none(where),
+        "action": action,
+        "disposition": disposition,
+        "reason": reason,
+        "dry_run": dry_run,
+        "limit": limit,
+    }
+    return _write("/units/bulk", body, BulkResult.from_json, key=key)
 
 
 def cancel_question(question_id: str, reason: str | None, key: str | None) -> Call[Question]:

@@ -322,3 +322,55 @@ class Split:
     def from_json(cls, data: dict[str, Any]) -> Split:
         children = [Registered(str(c["id"]), c["external_ref"], True) for c in data["children"]]
         return cls(Unit.from_json(data["unit"]), children)
+
+
+@dataclass(frozen=True, slots=True)
+class BulkChange:
+    """A unit a bulk run changed (or, dry, would change): its state before and after."""
+
+    id: str
+    external_ref: str
+    from_state: str
+    to_state: str
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BulkChange:
+        return cls(str(data["id"]), data["external_ref"], data["from"], data["to"])
+
+
+@dataclass(frozen=True, slots=True)
+class BulkSkip:
+    """A unit a bulk run left as it is: the rule that keeps it, and why, in words."""
+
+    id: str
+    external_ref: str
+    state: str = ""
+    rule: str = ""
+    reason: str = ""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BulkSkip:
+        return build(cls, data)
+
+
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    """What a bulk dispose or release did (or, as a dry run, would do); `operation_id`
+    names a real run's events (their `detail.bulk.operation`)."""
+
+    dry_run: bool
+    matched: int
+    changed: list[BulkChange] = field(default_factory=list)
+    skipped: list[BulkSkip] = field(default_factory=list)
+    operation_id: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BulkResult:
+        operation = data.get("operation_id")
+        return cls(
+            bool(data["dry_run"]),
+            int(data["matched"]),
+            [BulkChange.from_json(c) for c in objects(data, "changed")],
+            [BulkSkip.from_json(s) for s in objects(data, "skipped")],
+            None if operation is None else str(operation),
+        )

@@ -26,6 +26,7 @@ from work_ledger.client._endpoints import Endpoints, refuse_token_in_clear, tls_
 from work_ledger.client._sending import Call, Sending, default_url, headers
 from work_ledger.client.models import (
     Asked,
+    BulkResult,
     Claim,
     Event,
     NewChild,
@@ -251,6 +252,36 @@ class Client:
         """Operator: set the cap of a fleet's budget (or of one domain of it). Once spent >=
         cap, nothing in its scope is claimed anew; raising the cap wakes long-polls."""
         return self.send(calls.set_budget(fleet, cap_cents, domain, key))
+
+    def bulk(
+        self,
+        action: str,
+        fleet: str,
+        *,
+        reason: str,
+        disposition: str | None = None,
+        domain: str | None = None,
+        states: Iterable[str] | None = None,
+        external_ref_prefix: str | None = None,
+        held_by: str | None = None,
+        dry_run: bool = True,
+        limit: int | None = None,
+        key: str | None = None,
+    ) -> BulkResult:
+        """Operator: `action` "dispose" (with `disposition`) or "release" (attempts end
+        abandoned) every unit of `fleet` the filters match. A dry run (the default) changes
+        nothing and answers what the real run (`dry_run=False`) would do now; a real run
+        changes all of `changed` or nothing. Units whose state does not allow the action
+        are in `skipped`, with the rule; more matches than `limit` (default 1000, at most
+        10000) raise `InvalidInput` naming the count."""
+        where = {
+            "fleet": fleet,
+            "domain": domain,
+            "state": None if states is None else list(states),
+            "external_ref_prefix": external_ref_prefix,
+            "held_by": held_by,
+        }
+        return self.send(calls.bulk(action, where, reason, disposition, dry_run, limit, key))
 
     def cancel_question(
         self, question_id: str, *, reason: str | None = None, key: str | None = None

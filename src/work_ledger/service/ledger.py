@@ -39,6 +39,7 @@ from work_ledger.errors import (
     NotHolder,
 )
 from work_ledger.service.budgets import BudgetWrites
+from work_ledger.service.bulk import BulkWrites
 from work_ledger.service.shape import ShapeWrites
 
 # The states start, verify and release leave (parameters of their statements, units.sql).
@@ -47,9 +48,10 @@ _VERIFIABLE = [State.IN_PROGRESS]
 _RELEASABLE = [State.CLAIMED, State.IN_PROGRESS]
 
 
-class Ledger(ShapeWrites, BudgetWrites):
+class Ledger(ShapeWrites, BudgetWrites, BulkWrites):
     """The ledger's use cases over a `Store`: the writes here, register, split and waive in
-    `ShapeWrites`, budgets in `BudgetWrites`, the reads in `LedgerReads`."""
+    `ShapeWrites`, budgets in `BudgetWrites`, bulk dispose and release in `BulkWrites`, the
+    reads in `LedgerReads`."""
 
     def __init__(
         self,
