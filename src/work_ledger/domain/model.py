@@ -149,6 +149,8 @@ class Unit:
     attempts_allowed: int
     failed_attempts: int
     unfinished_prerequisites: int
+    # Its exclusion keys (DESIGN §13), sorted; None for none.
+    exclusive: list[str] | None = None
 
     @classmethod
     def from_record(cls, record: Any) -> Unit:
@@ -265,6 +267,7 @@ class NewUnit:
     workflow_id: str | None = None
     requires: tuple[str, ...] = ()
     max_attempts: int | None = None
+    exclusive: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
