@@ -90,7 +90,7 @@ ORDER BY ord;
 -- scan ask each candidate (`past_spent`), and the head stays locked until this commits.
 -- Flow controls (0022) are asked the same way: a paused or capped scope
 -- (wl_closed_controls) or a key another unit holds (wl_held_keys_of) skips the unit, from
--- this statement's snapshot; the admission trigger decides exactly, and a claim that lost
+-- this statement's snapshot. The admission trigger decides exactly, and a claim that lost
 -- a race to it is refused whole and run again by the service.
 WITH full_claim AS (
     SELECT EXISTS (SELECT 1 FROM work_units
@@ -181,7 +181,7 @@ WITH held AS (
                                AND failed_attempts + 1 < attempts_allowed))
       AND NOT EXISTS (SELECT 1 FROM held)
       AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
-      -- A stale reclaim is refused by a pause only; a ready unit by a cap too.
+      -- A stale reclaim is refused by a pause only, a ready unit by a cap too.
       AND NOT EXISTS (SELECT FROM wl_closed_controls(fleet, domain) AS c
                       WHERE state = 'ready' OR c.paused)
       AND NOT EXISTS (SELECT FROM wl_held_keys_of(exclusive) AS k WHERE k.unit_id <> id)
