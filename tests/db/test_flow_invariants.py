@@ -52,7 +52,8 @@ async def test_second_holder_of_a_key_is_refused_by_a_raw_update(
         OPERATOR,
     )
     claim = await ledger.claim("agent-1")
-    assert claim.unit is not None and claim.unit.external_ref == "k-1"
+    assert claim.unit is not None
+    assert claim.unit.external_ref == "k-1"
     with pytest.raises(asyncpg.UniqueViolationError) as refused:
         await _raw_claim(raw, "k-2")
     assert refused.value.constraint_name == "exclusive_key_held"
@@ -73,12 +74,14 @@ async def test_keys_are_given_back_when_the_unit_stops_being_held(
         OPERATOR,
     )
     first = await ledger.claim("agent-1")
-    assert first.unit is not None and first.attempt is not None
+    assert first.unit is not None
+    assert first.attempt is not None
     assert await raw.fetchval("SELECT array_agg(key ORDER BY key) FROM held_keys") == ["s", "t"]
     assert await ledger.claim("agent-2") == Claim(None, None)
     await ledger.release(first.unit.id.hex, Actor("agent-1"), attempt_id=first.attempt.id)
     second = await ledger.claim_named("g-2", "agent-2")
-    assert second.unit is not None and second.unit.external_ref == "g-2"
+    assert second.unit is not None
+    assert second.unit.external_ref == "g-2"
     assert await raw.fetchval("SELECT array_agg(key) FROM held_keys") == ["s"]
 
 
@@ -120,10 +123,12 @@ async def test_a_fleet_cap_counts_every_domain_of_the_fleet(
     )
     await _control(raw, "f", max_live=1)
     first = await ledger.claim("agent-1")
-    assert first.unit is not None and first.unit.external_ref == "x-1"
+    assert first.unit is not None
+    assert first.unit.external_ref == "x-1"
     # The fleet is at its cap: pull-next goes on to units elsewhere.
     second = await ledger.claim("agent-2")
-    assert second.unit is not None and second.unit.external_ref == "y-1"
+    assert second.unit is not None
+    assert second.unit.external_ref == "y-1"
     assert await ledger.claim("agent-3") == Claim(None, None)
     with pytest.raises(asyncpg.CheckViolationError):
         await _raw_claim(raw, "x-2")
@@ -169,5 +174,6 @@ async def test_a_stale_reclaim_is_allowed_at_the_cap(
         " WHERE external_ref = 's-0'"
     )
     new = await ledger.claim("agent-new")
-    assert new.unit is not None and new.unit.external_ref == "s-0"
+    assert new.unit is not None
+    assert new.unit.external_ref == "s-0"
     assert await ledger.claim("agent-third") == Claim(None, None)

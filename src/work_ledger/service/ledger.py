@@ -39,6 +39,7 @@ from work_ledger.errors import (
     NotHolder,
 )
 from work_ledger.service.budgets import BudgetWrites
+from work_ledger.service.controls import ControlWrites
 from work_ledger.service.shape import ShapeWrites
 
 # The states start, verify and release leave (parameters of their statements, units.sql).
@@ -52,9 +53,10 @@ _LOST_TO_A_CONTROL = frozenset({"scope_paused", "scope_cap_reached", "exclusive_
 CONTROL_TRIES = 8
 
 
-class Ledger(ShapeWrites, BudgetWrites):
+class Ledger(ShapeWrites, BudgetWrites, ControlWrites):
     """The ledger's use cases over a `Store`: the writes here, register, split and waive in
-    `ShapeWrites`, budgets in `BudgetWrites`, the reads in `LedgerReads`."""
+    `ShapeWrites`, budgets in `BudgetWrites`, flow controls in `ControlWrites`, the reads
+    in `LedgerReads`."""
 
     def __init__(
         self,
@@ -127,9 +129,7 @@ class Ledger(ShapeWrites, BudgetWrites):
                 if exc.invariant == "one_live_claim_per_agent":
                     # The same agent claimed twice at once and the other claim won: this
                     # one now finds that claim held and returns it, resumed.
-                    return await self.store.fetchrow(
-                        "claim_unit", agent, domain, lease, unit_id
-                    )
+                    return await self.store.fetchrow("claim_unit", agent, domain, lease, unit_id)
                 if exc.invariant not in _LOST_TO_A_CONTROL:
                     raise
         # Lost every race for a slot or a key: a named claim is told why by its caller.
