@@ -142,8 +142,8 @@ async def test_a_pause_racing_64_claimers_no_claim_commits_after_it(
         await operator.set_controls(ControlChange(fleet, "watched", paused=False), OPERATOR)
         await operator.register([NewUnit(f"{fleet}-{i:02d}", fleet) for i in range(80)], OPERATOR)
 
-        async def pause(fleet: str = fleet) -> int:
-            await asyncio.sleep(0.002 * (round_no % 5))
+        async def pause(fleet: str = fleet, delay: float = 0.002 * (round_no % 5)) -> int:
+            await asyncio.sleep(delay)
             await raw.execute(
                 "UPDATE controls SET paused = true, paused_since = now(), pause_reason = 'x'"
                 " WHERE fleet = $1 AND domain IS NULL",
@@ -172,8 +172,8 @@ async def test_a_cap_lowered_under_load_admits_nothing_past_it(
         await operator.set_controls(ControlChange(fleet, "ramp", max_live=40), OPERATOR)
         await operator.register([NewUnit(f"{fleet}-{i:02d}", fleet) for i in range(80)], OPERATOR)
 
-        async def lower(fleet: str = fleet) -> int:
-            await asyncio.sleep(0.002 * (round_no % 5))
+        async def lower(fleet: str = fleet, delay: float = 0.002 * (round_no % 5)) -> int:
+            await asyncio.sleep(delay)
             await operator.set_controls(ControlChange(fleet, "too fast", max_live=3), OPERATOR)
             live_at_lowering: int = await raw.fetchval(LIVE, fleet)
             return live_at_lowering
