@@ -49,8 +49,8 @@ MAX_EXCLUSIVE_KEYS = 20
 MAX_EXCLUSIVE_KEY = 200
 
 
-def exclusive_json(keys: Sequence[str], *, where: str) -> str | None:
-    """A unit's exclusion keys as its statement takes them: a JSON array, None for none.
+def exclusive_json(keys: Sequence[str], *, where: str) -> str:
+    """A unit's exclusion keys as its statement takes them: a JSON array ([] for none).
     At most MAX_EXCLUSIVE_KEYS strings of 1..MAX_EXCLUSIVE_KEY characters (DESIGN §13)."""
     if isinstance(keys, str) or len(keys) > MAX_EXCLUSIVE_KEYS:
         raise InvalidInput(
@@ -65,4 +65,4 @@ def exclusive_json(keys: Sequence[str], *, where: str) -> str | None:
                 f"characters, not {str(key)[:60]!r}",
                 invariant="unit_exclusive_keys_bounded",
             )
-    return json.dumps(sorted(set(keys))) if keys else None
+    return json.dumps(sorted(set(keys)))

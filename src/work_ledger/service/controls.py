@@ -9,6 +9,8 @@ and one control event appended.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,13 +53,16 @@ class ControlWrites(LedgerReads):
         controls after the change. A gated raise of the cap is refused unless forced."""
         flow.check_change(change)
         fleet, domain = change.fleet, change.domain
-        async with self.store.transaction() as conn:
-            store = self.store.on(conn)
+        async with self._one_transaction() as store:
             row = await store.fetchrow("lock_control", fleet, domain)
             if row is None:
                 await store.fetch("lock_units_for_a_new_control")
                 row = await store.fetchrow("lock_control", fleet, domain)
-            before = None if row is None else {k: _json(row[k]) for k in _FIELDS}
+            before = (
+                None
+                if row is None
+                else {**{k: row[k] for k in _FIELDS}, "gate": _json(row["gate"])}
+            )
             old: dict[str, Any] = before or {
                 "max_live": None,
                 "paused": False,
@@ -119,6 +124,15 @@ class ControlWrites(LedgerReads):
             )
         listed = await self.list_controls(fleet=fleet, domain=domain)
         return listed[0]
+
+    @asynccontextmanager
+    async def _one_transaction(self) -> AsyncIterator[Store]:
+        """The caller's transaction (a keyed write runs in one), else a new one."""
+        if self.store.conn is not None:
+            yield self.store
+            return
+        async with self.store.transaction() as conn:
+            yield self.store.on(conn)
 
     async def list_controls(
         self, *, fleet: str | None = None, domain: str | None = None
