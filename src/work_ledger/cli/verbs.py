@@ -43,6 +43,7 @@ CLIENT_VERBS = {
     "split": "shaping",
     "waive": "shaping",
     "budget": "budget",
+    **dict.fromkeys(("cap", "pause", "resume", "controls"), "flow"),
 }
 HELP = "Show this message and exit."
 
