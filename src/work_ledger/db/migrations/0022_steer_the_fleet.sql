@@ -284,6 +284,25 @@ COMMENT ON VIEW v_held_back IS
     'Ready units a claim skips now because of a control, by scope and reason: paused, '
     'cap (live at max_live), exclusive (a key another unit holds).';
 
+-- Each controlled scope with its live and held units now (GET /controls, /metrics).
+CREATE VIEW v_controls WITH (security_barrier) AS
+SELECT c.fleet, c.domain, c.max_live, n.live, n.held, c.paused, c.paused_since,
+       c.pause_reason, c.paused AND n.held = 0 AS drained, c.gate, c.reason, c.updated_at,
+       (SELECT count(*) FROM work_units AS u
+        WHERE u.state = 'ready' AND u.fleet = c.fleet
+          AND (c.domain IS NULL OR u.domain = c.domain)) AS ready
+FROM controls AS c
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE u.state IN ('claimed', 'in_progress')) AS live,
+           count(*) AS held
+    FROM work_units AS u
+    WHERE u.state IN ('claimed', 'in_progress', 'blocked') AND u.fleet = c.fleet
+      AND (c.domain IS NULL OR u.domain = c.domain)
+) AS n;
+COMMENT ON VIEW v_controls IS
+    'Each controlled scope (DESIGN §13): cap, live and held units, pause, drain, gate, and '
+    'its ready units.';
+
 -- The reader role reads the new view: grant-reader from now on, and every role it made.
 CREATE OR REPLACE FUNCTION wl_grant_reader(role_name text, password_verifier text)
     RETURNS text[] LANGUAGE plpgsql AS $$
@@ -291,7 +310,7 @@ BEGIN
     RETURN wl_grant_reader_0013(role_name, password_verifier)
            || wl_grant_views(role_name, ARRAY['v_costliest_units', 'v_most_attempted_units',
                                              'v_changed_units', 'v_open_questions',
-                                             'v_held_back']);
+                                             'v_held_back', 'v_controls']);
 END $$;
 REVOKE EXECUTE ON FUNCTION wl_grant_reader(text, text) FROM PUBLIC;
 
@@ -307,6 +326,6 @@ BEGIN
         WHERE c.oid = 'v_queue_depth'::regclass AND acl.privilege_type = 'SELECT'
           AND acl.grantee <> c.relowner
     LOOP
-        PERFORM wl_grant_views(reader, ARRAY['v_held_back']);
+        PERFORM wl_grant_views(reader, ARRAY['v_held_back', 'v_controls']);
     END LOOP;
 END $$;
