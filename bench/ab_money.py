@@ -12,7 +12,9 @@ ones (as bench.ab_serve does, so that the machine's drift falls on both):
   budgets, a fleet-wide and a domain one over the claimed units, far from spent);
 - *cost*: the five-request life; A records `{"cost_cents": 125}`, B httpbench.BY_MODEL
   (the same cents with a model, four token counts and `estimated`, as `run` records a
-  Claude Code result).
+  Claude Code result);
+- *controls* (`--what controls`, issue 38): claim+start, A with no flow controls, B with
+  httpbench.CONTROLS (caps and pauses on 200 other fleets) inserted before the window.
 It prints each window and the medians of the same-round ratios B/A: items per second
 (goal ≥ 0.9), and CPU per item of serve and of PostgreSQL (steadier when other work
 shares the cores). The JSON goes to `--out` (default bench/results/).
@@ -51,6 +53,8 @@ def cost_ops(cost: dict[str, Any]) -> Ops:
 COMPARISONS: dict[str, tuple[Ops, Ops, str | None, str | None]] = {
     "budgets": (claim_start_ops, claim_start_ops, httpbench.BUDGETS, "DELETE FROM budgets"),
     "cost": (cost_ops(httpbench.CENTS_ONLY), cost_ops(httpbench.BY_MODEL), None, None),
+    # Issue 38: caps and pauses on other scopes, against none.
+    "controls": (claim_start_ops, claim_start_ops, httpbench.CONTROLS, "DELETE FROM controls"),
 }
 
 
