@@ -63,6 +63,10 @@ async def test_second_holder_of_a_key_is_refused_by_a_raw_update(
             "INSERT INTO held_keys (key, unit_id)"
             " SELECT 'mod/a', id FROM work_units WHERE external_ref = 'k-2'"
         )
+    with pytest.raises(asyncpg.CheckViolationError) as emptied:
+        await raw.execute("TRUNCATE held_keys")
+    assert emptied.value.constraint_name == "held_keys_kept_by_trigger"
+    assert await raw.fetchval("SELECT count(*) FROM held_keys") == 1
 
 
 async def test_keys_are_given_back_when_the_unit_stops_being_held(

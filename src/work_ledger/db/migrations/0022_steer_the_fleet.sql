@@ -89,11 +89,15 @@ CREATE TRIGGER control_events_append_only_truncate BEFORE TRUNCATE ON control_ev
     FOR EACH STATEMENT EXECUTE FUNCTION wl_refuse_rewrite('control_events_append_only');
 
 -- The keys held now, one row per key: the primary key is the rule "one holder per key".
+-- No foreign key to work_units: units are never deleted (units_never_deleted), and a key
+-- inserted on every claim of a unit with keys need not look the unit up again.
 CREATE TABLE held_keys (
     key     text PRIMARY KEY,
-    unit_id uuid NOT NULL REFERENCES work_units (id)
+    unit_id uuid NOT NULL
 );
-CREATE INDEX held_keys_unit_idx ON held_keys (unit_id);
+-- Only the trigger changes it row by row; emptying it at once would free every key.
+CREATE TRIGGER held_keys_never_truncated BEFORE TRUNCATE ON held_keys
+    FOR EACH STATEMENT EXECUTE FUNCTION wl_refuse_rewrite('held_keys_kept_by_trigger');
 COMMENT ON TABLE held_keys IS
     'The exclusion keys of the units held now (claimed, in_progress, blocked), kept by the '
     'trigger wl_hold_keys; the key is the primary key, so no key has two holders.';
