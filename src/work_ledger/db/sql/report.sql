@@ -125,6 +125,14 @@ FROM v_budget
 WHERE $1::text IS NULL OR domain IS NULL OR domain = $1
 ORDER BY percent_used DESC NULLS LAST, fleet, domain NULLS FIRST;
 
+-- name: read_controls
+-- $1 domain or null (then every controlled scope; with a domain, its own and its fleets').
+-- Live against each cap, and which scopes are paused (DESIGN §13).
+SELECT fleet, domain, live, max_live, held, ready, paused, paused_since, drained
+FROM v_controls
+WHERE $1::text IS NULL OR domain IS NULL OR domain = $1
+ORDER BY paused DESC, fleet, domain NULLS FIRST;
+
 -- name: read_cost_by_model
 -- $1 domain or null: cost records summed per model (over every fleet and domain, or one).
 SELECT model, sum(cost_cents)::bigint AS cost_cents,
