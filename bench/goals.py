@@ -77,6 +77,7 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
             ("http_life", "asgi_raw_life", "HTTP life (5 requests) ≥ 0.8x bare ASGI app", 0.8),
             ("http_life_keyed", "asgi_raw_life", "HTTP life keyed ≥ 0.7x bare ASGI app", 0.7),
             ("http_claim_budget", "http_claim", "HTTP claim+start, 1,000 budgets ≥ 0.9x none", 0.9),
+            ("http_claim_controls", "http_claim", "HTTP claim+start, controls ≥ 0.9x none", 0.9),
             ("http_life_by_model", "http_life", "HTTP life, cost by model ≥ 0.9x cents alone", 0.9),
         ):
             out.append(
@@ -186,6 +187,7 @@ PAIRS = [
     ("http", "http_claim_keyed", "http_claim"),
     ("http", "http_life_keyed", "http_life"),
     ("http", "http_claim_budget", "http_claim"),
+    ("http", "http_claim_controls", "http_claim"),
     ("http", "http_life_by_model", "http_life"),
 ]
 

@@ -18,6 +18,10 @@ reader that acts on it, often an LLM agent: what was refused, why, and what to d
     │   ├── PrerequisitesUnfinished 409 a waiting unit cannot be claimed yet
     │   ├── AttemptLimitReached 409 the unit used its allowed attempts
     │   ├── BudgetExhausted     409 the fleet's (or domain's) budget is spent
+    │   ├── CapReached          409 the scope's live units are at its max_live
+    │   ├── ScopePaused         409 the scope is paused: no new claims in it
+    │   ├── ExclusiveKeyHeld    409 another unit holds one of the unit's exclusion keys
+    │   ├── RampGateClosed      409 the ramp gate refuses raising the cap
     │   └── ExternalRefTaken    409 a split's child ref is already registered
     ├── PayloadTooLarge         413
     ├── RateLimited             429 too many failed authentications (Retry-After)
@@ -125,6 +129,26 @@ class AttemptLimitReached(InvariantViolation):
 class BudgetExhausted(InvariantViolation):
     code = "budget_exhausted"
     title = "The budget of this scope is spent"
+
+
+class CapReached(InvariantViolation):
+    code = "cap_reached"
+    title = "The scope is at its cap of live units"
+
+
+class ScopePaused(InvariantViolation):
+    code = "paused"
+    title = "The scope is paused"
+
+
+class ExclusiveKeyHeld(InvariantViolation):
+    code = "exclusive_key_held"
+    title = "Another unit holds one of this unit's exclusion keys"
+
+
+class RampGateClosed(InvariantViolation):
+    code = "ramp_gate_closed"
+    title = "The ramp gate refuses raising the cap"
 
 
 class ExternalRefTaken(InvariantViolation):

@@ -259,6 +259,7 @@ def _unit(state: State, disposition: Disposition | None) -> Unit:
         uuid.uuid4(), at, later, 'ref "é" \\ ☃', "fleet", "dom", state, disposition,
         later if disposition else None, None, "agent-1/sub", later, None, 2, 125,
         ["https://ci.example/1", "https://ci.example/2"], uuid.uuid4(), 5, 6, 1, 0,
+        ["db/orders", "src/billing"],
     )  # fmt: skip
 
 

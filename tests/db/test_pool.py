@@ -81,7 +81,8 @@ async def test_a_refused_statement_in_a_transaction_leaves_it_usable(
         store = Store(pool)
         async with store.transaction() as conn:
             inside = store.on(conn, savepoints=True)
-            no_requirements = ([5], [], [], [])  # max_attempts, then no requirement edges
+            # max_attempts, no requirement edges, no exclusion keys
+            no_requirements = ([5], [], [], [], [None])
             await inside.fetch(
                 "register_units", ["p1"], ["f"], ["d"], [None], "op", *no_requirements
             )

@@ -126,8 +126,10 @@ def test_unit_from_record_turns_text_into_enums() -> None:
         5,  # attempts_allowed
         0,  # failed_attempts
         0,  # unfinished_prerequisites
+        None,  # exclusive (none)
     )
     unit = Unit.from_record(record)
+    assert unit.exclusive == []
     assert (unit.external_ref, unit.cost_cents) == ("orders/refunds", 250)
     assert (unit.state, unit.disposition) == (State.DONE, Disposition.MIGRATED)
     assert type(unit.state) is State

@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 import yaml
 
+from work_ledger.domain.flow import ControlChange
 from work_ledger.domain.model import Actor, NewUnit
 from work_ledger.readside.roles import READ_VIEWS
 from work_ledger.service.ledger import Ledger
@@ -86,11 +87,12 @@ def test_datasource_provisions_the_reader_from_the_environment() -> None:
 async def test_dashboard_queries_run_as_the_reader_and_return_rows(
     seeded: Ledger, reader: asyncpg.Connection
 ) -> None:
-    """On the seeded ledger (with a budget and a unit held by the DEAD s3), each query
+    """On the seeded ledger (with a budget, a cap and a unit held by the DEAD s3), each query
     (all domains) returns rows, as the read-only role."""
     operator = Actor("operator", privileged=True)
     await seeded.set_budget("fleet-a", 1_000, operator)
     await seeded.register([NewUnit("held", "fleet-a", "search", requires=("s3",))], operator)
+    await seeded.set_controls(ControlChange("fleet-a", "ramp", max_live=40), operator)
     for where, sql in _queries():
         rows = await reader.fetch(_expand(sql, "__all"))
         assert rows, f"{where} returned no rows"

@@ -202,3 +202,31 @@ async def test_metrics_gauge_waiting_units_budgets_and_the_parked(
         samples, "work_ledger_budget_remaining_cents", fleet="fleet-a", domain="(all)"
     )
     assert remaining == 640
+
+
+async def test_metrics_gauge_each_controlled_scope_live_cap_and_pause(
+    seeded: Ledger, pool: Pool, raw: asyncpg.Connection
+) -> None:
+    """A capped fleet and a paused domain: live against the cap, paused (1/0), and ready
+    units, as v_controls says; an uncapped scope has no cap sample."""
+    from work_ledger.domain.flow import ControlChange
+
+    await seeded.set_controls(ControlChange("fleet-a", "ramp", max_live=7), OPERATOR)
+    await seeded.set_controls(
+        ControlChange("fleet-a", "weekend", domain="orders", paused=True), OPERATOR
+    )
+    metrics = LedgerMetrics()
+    await metrics.refresh(pool)
+    samples = _samples(metrics.render().decode())
+    for row in await raw.fetch("SELECT * FROM v_controls"):
+        domain = row["domain"] or "(all)"
+        live = _gauge(samples, "work_ledger_scope_live_units", fleet="fleet-a", domain=domain)
+        assert live == row["live"]
+        ready = _gauge(samples, "work_ledger_scope_ready_units", fleet="fleet-a", domain=domain)
+        assert ready == row["ready"]
+    assert _gauge(samples, "work_ledger_scope_max_live", fleet="fleet-a", domain="(all)") == 7
+    assert ("work_ledger_scope_max_live", (("domain", "orders"), ("fleet", "fleet-a"))) not in (
+        samples
+    )
+    assert _gauge(samples, "work_ledger_scope_paused", fleet="fleet-a", domain="orders") == 1
+    assert _gauge(samples, "work_ledger_scope_paused", fleet="fleet-a", domain="(all)") == 0

@@ -234,3 +234,23 @@ async def test_report_lists_waiting_units_budgets_and_cost_by_model(
         "$10.00", "$3.60", "$6.40"
     ]  # fmt: skip
     assert _row(result.output, "v_cost_by_model", "(no model)")[1] == "$3.60"
+
+
+async def test_report_shows_live_against_each_cap_and_the_paused(
+    seeded: Ledger, database_url: str
+) -> None:
+    """A capped fleet and a paused domain: live / cap, and paused scopes first."""
+    from work_ledger.domain.flow import ControlChange
+    from work_ledger.domain.model import Actor
+
+    operator = Actor("operator", privileged=True)
+    await seeded.set_controls(ControlChange("fleet-a", "ramp", max_live=9), operator)
+    await seeded.set_controls(
+        ControlChange("fleet-a", "weekend", domain="orders", paused=True), operator
+    )
+    result = await _invoke(database_url, "report")
+    assert result.exit_code == 0, result.output
+    controls = result.output.split("v_controls", 1)[1]
+    assert controls.index("fleet-a / orders") < controls.index("fleet-a / all domains")
+    assert _row(result.output, "v_controls", "fleet-a / all domains")[1].endswith("/ 9")
+    assert _row(result.output, "v_controls", "fleet-a / orders")[1].endswith("/ —")

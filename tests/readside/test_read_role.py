@@ -14,6 +14,7 @@ import uuid
 import asyncpg
 import pytest
 
+from work_ledger.domain.flow import ControlChange
 from work_ledger.domain.model import Actor, NewUnit
 from work_ledger.errors import InvalidInput
 from work_ledger.readside.roles import (
@@ -56,6 +57,8 @@ async def test_reader_reads_each_view_as_the_owner_does(
     """Every view returns the same rows to the reader as to the ledger's owner."""
     # DESIGN §12's views need a budget and a waiting unit, which the shared seed lacks.
     await seeded.set_budget("fleet-a", 1000, OPERATOR)
+    # DESIGN §13's need a controlled scope holding a ready unit back.
+    await seeded.set_controls(ControlChange("fleet-a", "seed", paused=True), OPERATOR)
     # The ranks views hold what was folded, v_changed_units what was written since.
     await raw.execute("SELECT wl_fold_read_summaries()")
     await seeded.register(

@@ -29,6 +29,7 @@ from work_ledger.api.routes import (
     budgets,
     bulk,
     claims,
+    controls,
     events,
     health,
     projection,
@@ -212,6 +213,7 @@ def create_app(
         questions,
         projection,
         budgets,
+        controls,
     )
     for module in routers:
         # The routes themselves, not `include_router`: FastAPI matches an included router's

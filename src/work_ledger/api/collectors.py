@@ -20,6 +20,11 @@ request path:
     work_ledger_budget_cap_cents{fleet,domain}      gauge  each budget (v_budget; domain "(all)":
     work_ledger_budget_spent_cents{fleet,domain}    gauge  the fleet's), what its scope spent
     work_ledger_budget_remaining_cents{fleet,domain} gauge and what remains
+    work_ledger_scope_live_units{fleet,domain}      gauge  each controlled scope (v_controls):
+    work_ledger_scope_max_live{fleet,domain}        gauge  live units against its cap, paused
+    work_ledger_scope_paused{fleet,domain}          gauge  (1/0) and for how long, and its
+    work_ledger_scope_paused_seconds{fleet,domain}  gauge  ready units
+    work_ledger_scope_ready_units{fleet,domain}     gauge
 
 These describe the ledger, not this process: every replica reports the same values
 (aggregate them with max, not sum), and they survive restarts.
@@ -105,6 +110,7 @@ class _ViewCollector(Collector):
         )
         yield from _waiting_families(snapshot)
         yield from _budget_families(snapshot)
+        yield from _control_families(snapshot)
 
     @staticmethod
     def _by_group(name: str, documentation: str, values: dict[str, int]) -> GaugeMetricFamily:
@@ -170,6 +176,29 @@ def _budget_families(snapshot: GaugeSnapshot) -> Iterator[Metric]:
         )
         for (fleet, domain), budget in sorted(snapshot.budgets.items()):
             family.add_metric([fleet, domain], getattr(budget, field))
+        yield family
+
+
+def _control_families(snapshot: GaugeSnapshot) -> Iterator[Metric]:
+    """Each controlled scope (v_controls): live against its cap, paused and for how long,
+    and its ready units (the alerts' "pinned at its cap with ready work behind it")."""
+    for name, what, value in (
+        ("work_ledger_scope_live_units", "Live units (claimed or in_progress).", "live"),
+        ("work_ledger_scope_max_live", "The cap on live units; absent when uncapped.", "cap"),
+        ("work_ledger_scope_paused", "1 while the scope is paused.", "paused"),
+        ("work_ledger_scope_paused_seconds", "How long it has been paused; 0 if not.",
+         "paused_seconds"),
+        ("work_ledger_scope_ready_units", "Ready units of the scope.", "ready"),
+    ):  # fmt: skip
+        family = GaugeMetricFamily(
+            name,
+            what + ' Per controlled scope (v_controls); domain "(all)": fleet-wide.',
+            labels=["fleet", "domain"],
+        )
+        for (fleet, domain), control in sorted(snapshot.controls.items()):
+            sample = getattr(control, value)
+            if sample is not None:
+                family.add_metric([fleet, domain], int(sample))
         yield family
 
 

@@ -132,7 +132,9 @@ class Notifier:
     # -- the listener ----------------------------------------------------------------
 
     def _on_claimable(self, _conn: Any, _pid: int, _channel: str, domain: str) -> None:
-        for key in (domain, None):
+        # '*': a fleet-wide control opened (0022), which may free units of any domain.
+        keys = list(self._claims) if domain == "*" else [domain, None]
+        for key in keys:
             if key in self._claims:
                 self._claims[key].wake(CLAIM_WAKE_BATCH)
 

@@ -79,6 +79,14 @@ MaxAttempts = Annotated[
     Field(ge=1, le=100, description="Attempt limit; default WL_MAX_ATTEMPTS."),
 ]
 Count = Annotated[int, StrictMark(), Field(ge=0, le=10**15)]
+Exclusive = Annotated[
+    list[Annotated[str, StringConstraints(min_length=1, max_length=200)]],
+    Field(
+        max_length=20,
+        description="Exclusion keys (a module, a path prefix, a table; compared exactly): "
+        "two units sharing a key are never held at the same time.",
+    ),
+]
 
 
 class NewUnitIn(Body):
@@ -88,12 +96,16 @@ class NewUnitIn(Body):
     workflow_id: Name | None = None
     requires: Requires = []
     max_attempts: MaxAttempts | None = None
+    exclusive: Exclusive = []
 
 
 class NewChildIn(Body):
     external_ref: ExternalRef
     domain: Name | None = None
     requires: Requires = []
+    exclusive: Exclusive | None = Field(
+        default=None, description="The child's exclusion keys; absent: the parent's."
+    )
 
 
 class SplitIn(Body):
@@ -208,6 +220,12 @@ class UnitOut(Out):
     attempts_allowed: int
     failed_attempts: int
     unfinished_prerequisites: int
+    exclusive: list[str] = []
+
+    @field_validator("exclusive", mode="before")
+    @classmethod
+    def _none_is_no_keys(cls, value: Any) -> Any:
+        return [] if value is None else value
 
 
 class AttemptOut(Out):
@@ -286,6 +304,11 @@ class UnitDetailOut(UnitOut):
     parent: UnitRefOut | None
     children: list[UnitStateOut]
     subtree_cost_cents: int
+    held_back_by: list[dict[str, Any]] = Field(
+        default=[],
+        description="Why a ready unit is skipped by a claim now, one object per reason: "
+        '{"kind": "paused"|"cap"|"budget"|"exclusive", ...}; [] otherwise.',
+    )
 
 
 class SplitOut(BaseModel):

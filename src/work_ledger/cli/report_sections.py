@@ -294,6 +294,27 @@ def budgets(report: Report) -> Section:
     )
 
 
+def controls(report: Report) -> Section:
+    numbers = ("live / cap", "held", "ready")
+    return Section(
+        "v_controls — flow controls (paused first)",
+        ("fleet / domain", *numbers, "paused since", "drained"),
+        [
+            (
+                f"{r['fleet']} / {r['domain'] or 'all domains'}",
+                f"{r['live']} / {'—' if r['max_live'] is None else r['max_live']}",
+                count(r["held"]),
+                count(r["ready"]),
+                when(r["paused_since"]) if r["paused"] else "—",
+                ("yes" if r["drained"] else "no") if r["paused"] else "—",
+            )
+            for r in report.controls
+        ],
+        numeric=frozenset(numbers),
+        empty="no scope is controlled (`work-ledger cap`, `work-ledger pause`)",
+    )
+
+
 def cost_by_model(report: Report) -> Section:
     numbers = ("cost", "estimated", "input", "output", "cache read", "cache write")
     return Section(
@@ -331,4 +352,5 @@ def sections(report: Report, top: int | None) -> list[Section]:
         waiting(report),
         budgets(report),
         cost_by_model(report),
+        controls(report),
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from work_ledger.cli.console import console
+from work_ledger.client.flow import Control
 from work_ledger.client.models import Attempt, Question, Unit, UnitDetail, UnitRef
 from work_ledger.client.money import Budget
 
@@ -102,6 +103,8 @@ def shape_rows(detail: UnitDetail) -> list[tuple[str, str]]:
         ("requires", "\n".join(_ref(r) for r in detail.requires)),
         ("split from", _ref(detail.parent) if detail.parent else ""),
         ("children", "\n".join(_ref(c) for c in detail.children)),
+        ("exclusive", ", ".join(unit.exclusive)),
+        ("held back by", "\n".join(held_back_text(h) for h in detail.held_back_by)),
     ]
     if detail.children and detail.subtree_cost_cents is not None:
         rows.append(("subtree cost", f"{detail.subtree_cost_cents} cents"))
@@ -114,6 +117,30 @@ def shape_rows(detail: UnitDetail) -> list[tuple[str, str]]:
             )
         )
     return [(key, value) for key, value in rows if value]
+
+
+def held_back_text(reason: dict[str, Any]) -> str:
+    """One reason a ready unit is not claimed now (DESIGN §13), in a line."""
+    scope = f"fleet {reason.get('fleet')}" + (
+        f" domain {reason['domain']}" if reason.get("domain") else ""
+    )
+    kind = reason.get("kind")
+    if kind == "paused":
+        return f"{scope} is paused ({reason.get('reason') or 'no reason given'})"
+    if kind == "cap":
+        return f"{scope} is at its cap ({reason.get('live')} live of {reason.get('max_live')})"
+    if kind == "budget":
+        return (
+            f"the budget of {scope} is spent ({reason.get('spent_cents')} of "
+            f"{reason.get('cap_cents')} cents)"
+        )
+    if kind == "exclusive":
+        other = reason.get("unit") or {}
+        return (
+            f"key {reason.get('key')!r} is held by {other.get('external_ref')} "
+            f"({other.get('state')})"
+        )
+    return str(reason)
 
 
 def print_detail(detail: UnitDetail) -> None:
@@ -165,5 +192,30 @@ def budgets_table(budgets: list[Budget]) -> Table:
             str(b.cap_cents),
             str(b.remaining_cents),
             ("exhausted" if b.exhausted else "") if used is None else f"{used:.0f} %",
+        )
+    return table
+
+
+def controls_table(controls: list[Control]) -> Table:
+    from rich.table import Table
+
+    table = Table(
+        "scope", "live / cap", "held", "paused since", "drained", "gate", title="controls"
+    )
+    for c in controls:
+        cap = "-" if c.max_live is None else str(c.max_live)
+        gate = (
+            "-"
+            if not c.gate
+            else f"<= {c.gate.get('max_failed_share')} failed of last {c.gate.get('last_attempts')}"
+        )
+        add_plain_row(
+            table,
+            c.scope if c.domain else f"{c.fleet} (whole fleet)",
+            f"{c.live} / {cap}",
+            str(c.held),
+            "-" if c.paused_since is None else c.paused_since.strftime("%Y-%m-%d %H:%M UTC"),
+            "yes" if c.drained else ("no" if c.paused else "-"),
+            gate,
         )
     return table

@@ -44,6 +44,7 @@ CLIENT_VERBS = {
     "waive": "shaping",
     "budget": "budget",
     "bulk": "bulk",
+    **dict.fromkeys(("cap", "pause", "resume", "controls"), "flow"),
 }
 HELP = "Show this message and exit."
 

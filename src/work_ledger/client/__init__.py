@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from work_ledger.client._parse import to_json
 from work_ledger.client._sending import AGENT_HEADER, DEFAULT_URL
 from work_ledger.client.errors import NothingToClaim, Unreachable, error_from_response
+from work_ledger.client.flow import Control, ControlEvent
 from work_ledger.client.models import (
     Asked,
     Attempt,
@@ -65,6 +66,8 @@ __all__ = [
     "Claim",
     "Claiming",
     "Client",
+    "Control",
+    "ControlEvent",
     "CostRecord",
     "Event",
     "ModelCost",

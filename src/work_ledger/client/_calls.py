@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from work_ledger.client._sending import Call
 from work_ledger.client.errors import NothingToClaim
+from work_ledger.client.flow import Control, ControlEvent
 from work_ledger.client.models import (
     Asked,
     BulkResult,
@@ -245,6 +246,46 @@ def bulk(
         "limit": limit,
     }
     return _write("/units/bulk", body, BulkResult.from_json, key=key)
+# A control left out of a change: it stays as it is (None would remove a cap or a gate).
+UNCHANGED: Any = object()
+
+
+def set_controls(
+    fleet: str,
+    reason: str,
+    *,
+    domain: str | None,
+    max_live: Any,
+    paused: bool | None,
+    gate: Any,
+    force: bool,
+    key: str | None,
+) -> Call[Control]:
+    body: dict[str, Any] = {"fleet": fleet, "reason": reason}
+    if domain is not None:
+        body["domain"] = domain
+    if max_live is not UNCHANGED:
+        body["max_live"] = max_live
+    if paused is not None:
+        body["paused"] = paused
+    if gate is not UNCHANGED:
+        body["gate"] = gate
+    if force:
+        body["force"] = True
+    return Call("POST", "/controls", Control.from_json, json=body, key=key or str(uuid.uuid4()))
+
+
+def controls() -> Call[list[Control]]:
+    return _read("/controls", lambda d: [Control.from_json(c) for c in d["items"]])
+
+
+def control_events(limit: int | None, cursor: str | None) -> Call[Page[ControlEvent]]:
+    return _read(
+        "/controls/events",
+        lambda d: Page([ControlEvent.from_json(e) for e in d["items"]], d.get("next_cursor")),
+        limit=limit,
+        cursor=cursor,
+    )
 
 
 def cancel_question(question_id: str, reason: str | None, key: str | None) -> Call[Question]:

@@ -23,6 +23,7 @@ _TIMES = frozenset(
         "ended_at",
         "closed_at",
         "occurred_at",
+        "paused_since",
     }
 )
 

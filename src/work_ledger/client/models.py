@@ -38,6 +38,8 @@ class Unit:
     max_attempts: int | None = None
     failed_attempts: int | None = None
     attempts_allowed: int | None = None
+    # DESIGN §13: its exclusion keys.
+    exclusive: list[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Unit:
@@ -211,6 +213,8 @@ class UnitDetail:
     parent: UnitRef | None = None
     children: list[UnitRef] = field(default_factory=list)
     subtree_cost_cents: int | None = None
+    # DESIGN §13: why a ready unit is not claimed now ({"kind": "paused"|"cap"|...}).
+    held_back_by: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def live_attempt(self) -> Attempt | None:
@@ -238,6 +242,7 @@ class UnitDetail:
             UnitRef.from_json(parent) if isinstance(parent, dict) else None,
             [UnitRef.from_json(c) for c in objects(data, "children")],
             None if subtree is None else int(subtree),
+            objects(data, "held_back_by"),
         )
 
 
@@ -278,6 +283,7 @@ class NewUnit:
     workflow_id: str | None = None
     requires: tuple[str, ...] = ()
     max_attempts: int | None = None
+    exclusive: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"external_ref": self.external_ref, "fleet": self.fleet}
@@ -290,6 +296,8 @@ class NewUnit:
             body["requires"] = list(self.requires)
         if self.max_attempts is not None:
             body["max_attempts"] = self.max_attempts
+        if self.exclusive:
+            body["exclusive"] = list(self.exclusive)
         return body
 
 
@@ -301,6 +309,8 @@ class NewChild:
     external_ref: str
     domain: str | None = None
     requires: tuple[str, ...] = ()
+    # None: the parent's exclusion keys.
+    exclusive: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"external_ref": self.external_ref}
@@ -308,6 +318,8 @@ class NewChild:
             body["domain"] = self.domain
         if self.requires:
             body["requires"] = list(self.requires)
+        if self.exclusive is not None:
+            body["exclusive"] = list(self.exclusive)
         return body
 
 

@@ -24,6 +24,7 @@ import httpx
 from work_ledger.client import _calls as calls
 from work_ledger.client._endpoints import Endpoints, refuse_token_in_clear, tls_verify
 from work_ledger.client._sending import Call, Sending, default_url, headers
+from work_ledger.client.flow import Control, ControlEvent
 from work_ledger.client.models import (
     Asked,
     BulkResult,
@@ -283,6 +284,35 @@ class Client:
         }
         return self.send(calls.bulk(action, where, reason, disposition, dry_run, limit, key))
 
+    def set_controls(
+        self,
+        fleet: str,
+        *,
+        reason: str,
+        domain: str | None = None,
+        max_live: int | None = calls.UNCHANGED,
+        paused: bool | None = None,
+        gate: dict[str, Any] | None = calls.UNCHANGED,
+        force: bool = False,
+        key: str | None = None,
+    ) -> Control:
+        """Operator: change the flow controls of a fleet (or of one domain of it). A
+        control left out stays; `max_live=None` removes the cap, `gate=None` the gate
+        ({"max_failed_share": 0..1, "last_attempts": 1..10000}). A gated raise is refused
+        (`RampGateClosed`) unless the gate's figures allow it or `force` is true."""
+        return self.send(
+            calls.set_controls(
+                fleet,
+                reason,
+                domain=domain,
+                max_live=max_live,
+                paused=paused,
+                gate=gate,
+                force=force,
+                key=key,
+            )
+        )
+
     def cancel_question(
         self, question_id: str, *, reason: str | None = None, key: str | None = None
     ) -> Question:
@@ -343,6 +373,16 @@ class Client:
 
     def get_question(self, question_id: str, *, wait_seconds: int | None = None) -> Question:
         return self.send(calls.get_question(question_id, wait_seconds))
+
+    def list_controls(self) -> list[Control]:
+        """Every controlled scope: cap and live, held, pause, drain, gate (not agents)."""
+        return self.send(calls.controls())
+
+    def list_control_events(
+        self, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[ControlEvent]:
+        """Every change of the controls, newest first."""
+        return self.send(calls.control_events(limit, cursor))
 
     def budgets(self) -> list[Budget]:
         """Every budget with its cap, spent and remaining cents (any role but agent)."""

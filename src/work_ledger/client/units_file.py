@@ -1,8 +1,9 @@
 """Units to register (or a split's children), read from a file, each bad row named by line.
 
 CSV: a header row naming `external_ref` and `fleet` (and optionally `domain`,
-`workflow_id`, `requires`, `max_attempts`); JSONL: one object per line with the same keys.
-`requires` lists prerequisites' refs separated by `;` (in JSONL, a list of strings too);
+`workflow_id`, `requires`, `max_attempts`, `exclusive`); JSONL: one object per line with
+the same keys. `requires` lists prerequisites' refs separated by `;` (in JSONL, a list of
+strings too), `exclusive` the unit's exclusion keys the same way (DESIGN §13);
 `max_attempts` is a whole number 1..100. A default fleet or domain fills rows that leave
 them out. Blank lines are skipped. A row is bad when a required field is missing or empty,
 a field is too long, unknown or not UTF-8 (JSON's lone surrogate escapes), or its
@@ -22,11 +23,13 @@ from typing import Any
 from work_ledger.client.models import NewChild, NewUnit
 
 TEXT_FIELDS = ("external_ref", "fleet", "domain", "workflow_id")
-FIELDS = (*TEXT_FIELDS, "requires", "max_attempts")
-CHILD_FIELDS = ("external_ref", "domain", "requires")
+FIELDS = (*TEXT_FIELDS, "requires", "max_attempts", "exclusive")
+CHILD_FIELDS = ("external_ref", "domain", "requires", "exclusive")
 MAX_REF = 256
 MAX_REQUIRES = 50
 MAX_ATTEMPTS = 100
+MAX_KEYS = 20
+MAX_KEY = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +117,12 @@ def _check_child(fields: dict[str, Any]) -> NewChild | str:
     requires = _requires(fields.get("requires"))
     if isinstance(requires, str):
         return requires
-    return NewChild(ref.strip(), domain or None, tuple(requires))
+    keys = None if "exclusive" not in fields else _exclusive(fields["exclusive"])
+    if isinstance(keys, str):
+        return keys
+    return NewChild(
+        ref.strip(), domain or None, tuple(requires), None if keys is None else tuple(keys)
+    )
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | str]]:
@@ -171,6 +179,9 @@ def _check(fields: dict[str, Any], fleet: str | None, domain: str | None) -> New
         return requires
     if isinstance(attempts, str):
         return attempts
+    keys = _exclusive(values.get("exclusive"))
+    if isinstance(keys, str):
+        return keys
     texts = [values.get(n) or "" for n in TEXT_FIELDS]
     too_long = [n for n, t in zip(TEXT_FIELDS, texts, strict=True) if len(t) > MAX_REF]
     if too_long or any(len(r) > MAX_REF for r in requires):
@@ -186,6 +197,7 @@ def _check(fields: dict[str, Any], fleet: str | None, domain: str | None) -> New
         values.get("workflow_id"),
         tuple(requires),
         attempts,
+        tuple(keys),
     )
 
 
@@ -205,6 +217,22 @@ def _requires(value: Any) -> list[str] | str:
     if len(set(refs)) != len(refs):
         return "requires names a prerequisite twice"
     return refs
+
+
+def _exclusive(value: Any) -> list[str] | str:
+    """The exclusion keys (`a;b` or, in JSONL, ["a", "b"]); the problem if bad."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        keys = [part.strip() for part in value.split(";")]
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        keys = [v.strip() for v in value]
+    else:
+        return "exclusive must list keys separated by ';' (or, in JSONL, a list of strings)"
+    keys = [k for k in keys if k]
+    if len(keys) > MAX_KEYS or any(len(k) > MAX_KEY for k in keys):
+        return f"exclusive lists at most {MAX_KEYS} keys of at most {MAX_KEY} characters"
+    return keys
 
 
 def _max_attempts(value: Any) -> int | str | None:

@@ -6,6 +6,9 @@ schemas repeat the numbers so that the OpenAPI document shows them.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+
 from work_ledger.errors import InvalidInput
 
 MAX_BATCH = 1000
@@ -40,3 +43,26 @@ def check_evidence(url: str, allowed_prefixes: tuple[str, ...]) -> None:
             f"({', '.join(allowed_prefixes)}); upload the evidence there and link to it",
             invariant="evidence_prefix_allowed",
         )
+
+
+MAX_EXCLUSIVE_KEYS = 20
+MAX_EXCLUSIVE_KEY = 200
+
+
+def exclusive_json(keys: Sequence[str], *, where: str) -> str:
+    """A unit's exclusion keys as its statement takes them: a JSON array ([] for none).
+    At most MAX_EXCLUSIVE_KEYS strings of 1..MAX_EXCLUSIVE_KEY characters (DESIGN §13)."""
+    if isinstance(keys, str) or len(keys) > MAX_EXCLUSIVE_KEYS:
+        raise InvalidInput(
+            f"{where}: exclusive takes a list of at most {MAX_EXCLUSIVE_KEYS} keys; "
+            "send fewer (a module, a path prefix, a table)",
+            invariant="unit_exclusive_keys_bounded",
+        )
+    for key in keys:
+        if not isinstance(key, str) or not 1 <= len(key) <= MAX_EXCLUSIVE_KEY:
+            raise InvalidInput(
+                f"{where}: each exclusive key is a string of 1..{MAX_EXCLUSIVE_KEY} "
+                f"characters, not {str(key)[:60]!r}",
+                invariant="unit_exclusive_keys_bounded",
+            )
+    return json.dumps(sorted(set(keys)))

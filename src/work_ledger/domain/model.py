@@ -149,6 +149,8 @@ class Unit:
     attempts_allowed: int
     failed_attempts: int
     unfinished_prerequisites: int
+    # Its exclusion keys (DESIGN §13), sorted; [] for none (the column holds null).
+    exclusive: list[str]
 
     @classmethod
     def from_record(cls, record: Any) -> Unit:
@@ -156,6 +158,8 @@ class Unit:
         object.__setattr__(unit, "state", _STATES[unit.state])
         if unit.disposition is not None:
             object.__setattr__(unit, "disposition", _DISPOSITIONS[unit.disposition])
+        if unit.exclusive is None:
+            object.__setattr__(unit, "exclusive", [])
         return unit
 
 
@@ -265,6 +269,7 @@ class NewUnit:
     workflow_id: str | None = None
     requires: tuple[str, ...] = ()
     max_attempts: int | None = None
+    exclusive: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

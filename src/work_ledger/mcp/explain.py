@@ -18,6 +18,11 @@ from work_ledger.errors import WorkLedgerError
 BUDGET_EXHAUSTED = "budget_exhausted"
 ATTEMPT_LIMIT_REACHED = "attempt_limit_reached"
 PREREQUISITES_UNFINISHED = "prerequisites_unfinished"
+# DESIGN §13: an operator's controls. A pause or a cap stops the agent; a held key sends
+# it to another unit.
+PAUSED = "paused"
+CAP_REACHED = "cap_reached"
+EXCLUSIVE_KEY_HELD = "exclusive_key_held"
 # How many waiting units the claim tool names when nothing is claimable.
 SHOWN_WAITING = 5
 
@@ -59,6 +64,17 @@ def refusal(exc: WorkLedgerError) -> str | None:
         return (
             f"{ATTEMPT_LIMIT_REACHED}: {exc.detail}. The unit has used up its attempts and "
             "waits for a human's answer; do not retry it. Claim another unit."
+        )
+    if rule in (PAUSED, CAP_REACHED):
+        return (
+            f"{rule}: {exc.detail} This is a stop signal from the operator: do not retry "
+            "and do not loop on claim. Finish, verify or release what you hold, then end "
+            "your session."
+        )
+    if rule == EXCLUSIVE_KEY_HELD:
+        return (
+            f"{EXCLUSIVE_KEY_HELD}: {exc.detail} Claim another unit (omit `unit`); do not "
+            "wait on this one."
         )
     if rule == PREREQUISITES_UNFINISHED:
         held = "; ".join(w.describe() for w in waiting_on(exc)) or exc.detail

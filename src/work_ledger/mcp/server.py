@@ -27,7 +27,8 @@ evidence -> dispose MIGRATED -> claim the next. A human must answer something: a
 Too big for one attempt: split it into sub-units. Cannot finish: release (the unit goes
 back for another attempt). Heartbeats run by themselves while this server runs. A refusal
 names the rule and what is allowed next; `attempt_superseded` means the claim is lost: stop
-working on that unit and claim another; `budget_exhausted` means stop claiming."""
+working on that unit and claim another; `budget_exhausted`, `paused` and `cap_reached`
+mean stop claiming (no retry loop); `exclusive_key_held` means claim another unit."""
 
 TOOLS = (*holding.TOOLS, *asking.TOOLS, *ending.TOOLS)
 # Opens what the tools need and yields how a tool finds its caller's `Session`.

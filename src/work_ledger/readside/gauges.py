@@ -46,6 +46,18 @@ class BudgetGauge:
 
 
 @dataclass(frozen=True, slots=True)
+class ControlGauge:
+    """A controlled scope (DESIGN §13): live units, its cap (None: none), paused, for how
+    long (seconds, 0 when not), and its ready units."""
+
+    live: int
+    cap: int | None
+    paused: bool
+    paused_seconds: int
+    ready: int
+
+
+@dataclass(frozen=True, slots=True)
 class GaugeSnapshot:
     """From one query: units by (domain, state), and by domain the stalled units, the
     attempts ever started (one per claim) and the attempts lost to a stale reclaim; by
@@ -60,6 +72,7 @@ class GaugeSnapshot:
     oldest_question_seconds: dict[str, int]
     waiting: dict[tuple[str, str], Waiting]
     budgets: dict[tuple[str, str], BudgetGauge]
+    controls: dict[tuple[str, str], ControlGauge]
 
     @property
     def domains(self) -> set[str]:
@@ -104,5 +117,15 @@ async def read_gauges(conn: Conn) -> GaugeSnapshot:
                 int(b["cap"]), int(b["spent"]), int(b["remaining"])
             )
             for b in _json(row["budgets"])
+        },
+        {
+            (str(c["fleet"]), str(c["domain"])): ControlGauge(
+                int(c["live"]),
+                None if c["cap"] is None else int(c["cap"]),
+                bool(c["paused"]),
+                int(c["paused_seconds"] or 0),
+                int(c["ready"]),
+            )
+            for c in _json(row["controls"])
         },
     )

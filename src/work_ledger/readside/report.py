@@ -29,6 +29,7 @@ class Report:
     waiting: list[dict[str, Any]]
     budgets: list[dict[str, Any]]
     cost_by_model: list[dict[str, Any]]
+    controls: list[dict[str, Any]]
 
 
 async def read_report(
@@ -60,4 +61,5 @@ async def read_report(
             waiting=await rows("read_waiting", top),
             budgets=await rows("read_budgets"),
             cost_by_model=await rows("read_cost_by_model"),
+            controls=await rows("read_controls"),
         )

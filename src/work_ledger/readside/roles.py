@@ -16,7 +16,7 @@ from work_ledger.db.queries import QUERIES
 from work_ledger.errors import Forbidden, InvalidInput, Unavailable
 
 # The views a reader role may SELECT, in the order wl_grant_reader (migrations 0004, 0007,
-# 0011, 0013) grants them.
+# 0011, 0013, 0017, 0022) grants them.
 READ_VIEWS = (
     "v_queue_depth",
     "v_stall_list",
@@ -32,6 +32,8 @@ READ_VIEWS = (
     "v_most_attempted_units",
     "v_changed_units",
     "v_open_questions",
+    "v_held_back",
+    "v_controls",
 )
 SCRAM_ITERATIONS = 4096
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")

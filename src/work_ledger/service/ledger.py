@@ -40,18 +40,24 @@ from work_ledger.errors import (
 )
 from work_ledger.service.budgets import BudgetWrites
 from work_ledger.service.bulk import BulkWrites
+from work_ledger.service.controls import ControlWrites
 from work_ledger.service.shape import ShapeWrites
 
 # The states start, verify and release leave (parameters of their statements, units.sql).
 _STARTABLE = [State.CLAIMED]
 _VERIFIABLE = [State.IN_PROGRESS]
 _RELEASABLE = [State.CLAIMED, State.IN_PROGRESS]
+# The admission triggers' refusals (0022): the claim's snapshot saw the scope open or the
+# key free, and a concurrent claim that committed first took the slot or the key. The
+# statement was refused whole; run again, it reads the ledger anew and skips that unit.
+_LOST_TO_A_CONTROL = frozenset({"scope_paused", "scope_cap_reached", "exclusive_key_held"})
+CONTROL_TRIES = 8
 
 
-class Ledger(ShapeWrites, BudgetWrites, BulkWrites):
+class Ledger(ShapeWrites, BudgetWrites, BulkWrites, ControlWrites):
     """The ledger's use cases over a `Store`: the writes here, register, split and waive in
-    `ShapeWrites`, budgets in `BudgetWrites`, bulk dispose and release in `BulkWrites`, the
-    reads in `LedgerReads`."""
+    `ShapeWrites`, budgets in `BudgetWrites`, bulk dispose and release in `BulkWrites`, flow
+    controls in `ControlWrites`, the reads in `LedgerReads`."""
 
     def __init__(
         self,
@@ -86,15 +92,22 @@ class Ledger(ShapeWrites, BudgetWrites, BulkWrites):
         plan, and says when the caller holds a claim or a lease has lapsed, which only the
         full claim_unit handles (a second round trip, for resume and reclaim only)."""
         lease = self._lease(lease_seconds)
-        try:
-            row = await self.store.fetchrow("claim_next_unit", agent, domain, lease)
-            if row is None or not row["full"]:
-                return Claim(None, None) if row is None else self._to_claim(row)
-        except InvariantViolation as exc:
-            # The same agent claimed twice at once and the other claim won: claim_unit
-            # below finds that claim held and returns it, resumed.
-            if exc.invariant != "one_live_claim_per_agent":
-                raise
+        for _ in range(CONTROL_TRIES):
+            try:
+                row = await self.store.fetchrow("claim_next_unit", agent, domain, lease)
+                if row is None or not row["full"]:
+                    return Claim(None, None) if row is None else self._to_claim(row)
+                break
+            except InvariantViolation as exc:
+                # The same agent claimed twice at once and the other claim won: claim_unit
+                # below finds that claim held and returns it, resumed.
+                if exc.invariant == "one_live_claim_per_agent":
+                    break
+                if exc.invariant not in _LOST_TO_A_CONTROL:
+                    raise
+        else:
+            # Lost every race for a slot or a key: nothing claimable for now.
+            return Claim(None, None)
         row = await self._claim(agent, domain, lease, None)
         return Claim(None, None) if row is None else self._to_claim(row)
 
@@ -110,14 +123,18 @@ class Ledger(ShapeWrites, BudgetWrites, BulkWrites):
     async def _claim(
         self, agent: str, domain: str | None, lease: int, unit_id: uuid.UUID | None
     ) -> asyncpg.Record | None:
-        try:
-            return await self.store.fetchrow("claim_unit", agent, domain, lease, unit_id)
-        except InvariantViolation as exc:
-            if exc.invariant != "one_live_claim_per_agent":
-                raise
-            # The same agent claimed twice at once and the other claim won: this one now
-            # finds that claim held and returns it, resumed.
-            return await self.store.fetchrow("claim_unit", agent, domain, lease, unit_id)
+        for _ in range(CONTROL_TRIES):
+            try:
+                return await self.store.fetchrow("claim_unit", agent, domain, lease, unit_id)
+            except InvariantViolation as exc:
+                if exc.invariant == "one_live_claim_per_agent":
+                    # The same agent claimed twice at once and the other claim won: this
+                    # one now finds that claim held and returns it, resumed.
+                    return await self.store.fetchrow("claim_unit", agent, domain, lease, unit_id)
+                if exc.invariant not in _LOST_TO_A_CONTROL:
+                    raise
+        # Lost every race for a slot or a key: a named claim is told why by its caller.
+        return None
 
     def _to_claim(self, row: asyncpg.Record) -> Claim:
         return Claim(

@@ -12,7 +12,7 @@ import datetime as dt
 import uuid
 
 from work_ledger.db.store import Store
-from work_ledger.domain import keyset, refusals, shape
+from work_ledger.domain import flow, keyset, refusals, shape
 from work_ledger.domain.model import (
     HELD,
     Actor,
@@ -88,8 +88,9 @@ class LedgerReads:
         return refusals.claim_refused(unit, agent, other)
 
     async def _shape_refusal(self, unit: Unit) -> WorkLedgerError | None:
-        """Why DESIGN §12 keeps this unit from a claim: it waits (on prerequisites, or on
-        the ledger's question at its attempt limit), or its budget is spent."""
+        """Why DESIGN §12 and §13 keep this unit from a claim: it waits (on prerequisites,
+        or on the ledger's question at its attempt limit), its budget is spent, its scope
+        is paused or at its cap, or another unit holds one of its exclusion keys."""
         if unit.state is State.WAITING:
             row = await self.store.fetchrow("unit_shape", unit.id)
             waiting_on = [] if row is None else list(row["waiting_on"])
@@ -103,6 +104,16 @@ class LedgerReads:
             budget = await self.store.fetchrow("exhausted_budget_of", unit.fleet, unit.domain)
             if budget is not None:
                 return shape.budget_exhausted(unit, dict(budget))
+            # A pause refuses a stale reclaim too, a cap only a ready unit (DESIGN §13).
+            control = await self.store.fetchrow(
+                "closed_control_of", unit.fleet, unit.domain, unit.state is State.READY
+            )
+            if control is not None:
+                return flow.claim_held_back(unit, dict(control))
+        if unit.state is State.READY:
+            holders = await self.store.fetch("key_holders_of", unit.id)
+            if holders:
+                return flow.key_held(unit, dict(holders[0]))
         return None
 
     async def _attempt_refused(

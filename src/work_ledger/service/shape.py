@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from work_ledger.db.store import Store
-from work_ledger.domain import shape
+from work_ledger.domain import input_rules, shape
 from work_ledger.domain.input_rules import MAX_BATCH
 from work_ledger.domain.model import Actor, NewUnit, Registered, State, Unit
 from work_ledger.errors import (
@@ -41,6 +41,8 @@ class NewChild:
     external_ref: str
     domain: str | None = None
     requires: tuple[str, ...] = ()
+    # None: the parent's keys; () none.
+    exclusive: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,7 @@ class ShapeWrites(LedgerReads):
             edges.dependents,
             edges.keys,
             edges.key_ids,
+            [input_rules.exclusive_json(u.exclusive, where=u.external_ref) for u in units],
         )
         for tries_left in range(RACED_TRIES - 1, -1, -1):
             try:
@@ -129,6 +132,12 @@ class ShapeWrites(LedgerReads):
             edges.key_ids,
             reason,
             actor.name,
+            [
+                None
+                if c.exclusive is None
+                else input_rules.exclusive_json(c.exclusive, where=c.external_ref)
+                for c in children
+            ],
         )
         try:
             rows = await self._with_requirements("split_unit", args)

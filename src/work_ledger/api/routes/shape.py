@@ -40,7 +40,15 @@ async def split(
     parent's, a child's `requires` may name its siblings), your attempt ends `split`, and
     the unit waits on its children; once they are finished it is ready again, to be
     claimed, integrated, verified and disposed as a whole."""
-    children = [NewChild(c.external_ref, c.domain, tuple(c.requires)) for c in w.body.units]
+    children = [
+        NewChild(
+            c.external_ref,
+            c.domain,
+            tuple(c.requires),
+            None if c.exclusive is None else tuple(c.exclusive),
+        )
+        for c in w.body.units
+    ]
 
     def split_out(done: Split) -> Response:
         unit_logged(request, done.unit.id)

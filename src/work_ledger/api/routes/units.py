@@ -90,6 +90,7 @@ async def register_units(
             u.workflow_id,
             requires=tuple(u.requires),
             max_attempts=u.max_attempts,
+            exclusive=tuple(u.exclusive),
         )
         for u in w.body.units
     ]
@@ -274,10 +275,12 @@ async def list_units(
 @router.get("/units/{unit:path}", operation_id="getUnit")
 async def get_unit(request: Request, unit: UnitRef, svc: LedgerDep, _: Reader) -> UnitDetailOut:
     """One unit with its attempts (each with its cost by model) and questions, what it
-    waits on, its requirements, parent, children and the cost of its whole subtree."""
+    waits on, its requirements, parent, children and the cost of its whole subtree, and
+    for a ready unit what keeps a claim from it now (`held_back_by`)."""
     detail = await svc.get_unit(unit)
     unit_logged(request, detail.unit.id)
     shape = await svc.unit_shape(detail.unit.id)
+    shape["held_back_by"] = await svc.held_back_by(detail.unit)
     data = UnitOut.model_validate(detail.unit).model_dump()
     by_attempt = shape.pop("cost_by_model")
     attempts = [

@@ -125,6 +125,14 @@ FROM v_budget
 WHERE $1::text IS NULL OR domain IS NULL OR domain = $1
 ORDER BY percent_used DESC NULLS LAST, fleet, domain NULLS FIRST;
 
+-- name: read_controls
+-- $1 domain or null (then every controlled scope; with a domain, its own and its fleets').
+-- Live against each cap, and which scopes are paused (DESIGN §13).
+SELECT fleet, domain, live, max_live, held, ready, paused, paused_since, drained
+FROM v_controls
+WHERE $1::text IS NULL OR domain IS NULL OR domain = $1
+ORDER BY paused DESC, fleet, domain NULLS FIRST;
+
 -- name: read_cost_by_model
 -- $1 domain or null: cost records summed per model (over every fleet and domain, or one).
 SELECT model, sum(cost_cents)::bigint AS cost_cents,
@@ -143,7 +151,8 @@ ORDER BY sum(cost_cents) DESC, model NULLS LAST;
 -- open questions and the oldest one's age by assignee group (v_open_questions: an index,
 -- not v_question_wait's aggregate of every question), waiting units by domain and
 -- reason (a DEAD or DEFERRED prerequisite, an unfinished one, the attempt limit) with the
--- oldest one's wait, and each budget's cap, spend and what remains.
+-- oldest one's wait, each budget's cap, spend and what remains, and each controlled
+-- scope's live units, cap and pause (v_controls).
 SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
         FROM v_queue_depth AS q WHERE q.scope = 'domain') AS queue_depth,
        (SELECT coalesce(jsonb_object_agg(s.domain, s.stalled_units), '{}')
@@ -170,7 +179,12 @@ SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'fleet', b.fleet, 'domain', coalesce(b.domain, '(all)'), 'cap', b.cap_cents,
                    'spent', b.spent_cents, 'remaining', b.remaining_cents)), '[]')
-        FROM v_budget AS b) AS budgets;
+        FROM v_budget AS b) AS budgets,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'fleet', c.fleet, 'domain', coalesce(c.domain, '(all)'), 'live', c.live,
+                   'cap', c.max_live, 'paused', c.paused, 'ready', c.ready,
+                   'paused_seconds', floor(extract(epoch FROM now() - c.paused_since)))), '[]')
+        FROM v_controls AS c) AS controls;
 
 -- name: fold_read_summaries
 -- $1 the fewest change rows worth a fold (0: any). The change rows written since the last

@@ -10,8 +10,10 @@
 -- $10 acting principal. Zero rows: the guard refused. A row with `unknown` set: that
 -- prerequisite is neither registered nor a sibling, and nothing was written. A child ref
 -- already registered fails the statement on unit_external_ref_unique: nothing is written.
+-- $11 each child's exclusion keys as a JSON array, or null: the parent's.
 WITH live AS (
-    SELECT u.id, u.external_ref, u.fleet, u.domain, u.max_attempts, a.id AS attempt_id
+    SELECT u.id, u.external_ref, u.fleet, u.domain, u.max_attempts, u.exclusive,
+           a.id AS attempt_id
     FROM work_units AS u
     JOIN work_unit_attempts AS a ON a.unit_id = u.id AND a.outcome IS NULL
     WHERE u.id = $1 AND u.state = 'in_progress'
@@ -19,8 +21,11 @@ WITH live AS (
       AND ($3::uuid IS NULL OR a.id = $3)
     FOR NO KEY UPDATE OF u, a
 ), input AS (
-    SELECT c.external_ref, coalesce(c.domain, l.domain) AS domain, c.ord
-    FROM unnest($4::text[], $5::text[]) WITH ORDINALITY AS c (external_ref, domain, ord)
+    SELECT c.external_ref, coalesce(c.domain, l.domain) AS domain, c.ord,
+           CASE WHEN c.exclusive IS NULL THEN l.exclusive
+                ELSE wl_keys_from_json(c.exclusive) END AS exclusive
+    FROM unnest($4::text[], $5::text[], $11::text[])
+         WITH ORDINALITY AS c (external_ref, domain, exclusive, ord)
     CROSS JOIN live AS l
 ), wanted AS (
     SELECT w.dependent, w.key, w.key_id
@@ -47,11 +52,11 @@ WITH live AS (
     FROM resolved GROUP BY dependent
 ), inserted AS (
     INSERT INTO work_units (external_ref, fleet, domain, created_at, state, max_attempts,
-                            attempts_allowed, unfinished_prerequisites, parent_id)
+                            attempts_allowed, unfinished_prerequisites, parent_id, exclusive)
     SELECT i.external_ref, l.fleet, i.domain,
            (SELECT clock_timestamp()) + make_interval(secs => i.ord / 1e6),
            CASE WHEN coalesce(c.n, 0) > 0 THEN 'waiting' ELSE 'ready' END::work_state,
-           l.max_attempts, l.max_attempts, coalesce(c.n, 0), l.id
+           l.max_attempts, l.max_attempts, coalesce(c.n, 0), l.id, i.exclusive
     FROM input AS i CROSS JOIN live AS l
     LEFT JOIN counted AS c ON c.dependent = i.external_ref
     WHERE NOT EXISTS (SELECT 1 FROM unknown)

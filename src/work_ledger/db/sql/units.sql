@@ -11,10 +11,13 @@
 -- $8 the prerequisite's ref or id as sent, $9 that as a uuid when it is one (else null).
 -- A unit with an unfinished prerequisite is registered waiting. A prerequisite named that
 -- is neither registered nor in the batch writes nothing and comes back as `unknown`.
+-- $10 each unit's exclusion keys as a JSON array (sorted, distinct) or null for none.
 WITH input AS (
-    SELECT i.external_ref, i.fleet, i.domain, i.workflow_id, i.max_attempts, i.ord
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::integer[])
-         WITH ORDINALITY AS i (external_ref, fleet, domain, workflow_id, max_attempts, ord)
+    SELECT i.external_ref, i.fleet, i.domain, i.workflow_id, i.max_attempts, i.ord,
+           wl_keys_from_json(i.exclusive) AS exclusive
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::integer[], $10::text[])
+         WITH ORDINALITY AS i (external_ref, fleet, domain, workflow_id, max_attempts,
+                               exclusive, ord)
 ), wanted AS (
     SELECT w.dependent, w.key, w.key_id
     FROM unnest($7::text[], $8::text[], $9::uuid[]) AS w (dependent, key, key_id)
@@ -43,11 +46,12 @@ WITH input AS (
     -- order and cannot deadlock; created_at (one clock reading + ord microseconds) keeps
     -- the batch's own order in the ready queue.
     INSERT INTO work_units (external_ref, fleet, domain, workflow_id, created_at, state,
-                            max_attempts, attempts_allowed, unfinished_prerequisites)
+                            max_attempts, attempts_allowed, unfinished_prerequisites,
+                            exclusive)
     SELECT i.external_ref, i.fleet, i.domain, i.workflow_id,
            (SELECT clock_timestamp()) + make_interval(secs => i.ord / 1e6),
            CASE WHEN coalesce(c.n, 0) > 0 THEN 'waiting' ELSE 'ready' END::work_state,
-           i.max_attempts, i.max_attempts, coalesce(c.n, 0)
+           i.max_attempts, i.max_attempts, coalesce(c.n, 0), i.exclusive
     FROM input AS i LEFT JOIN counted AS c ON c.dependent = i.external_ref
     WHERE NOT EXISTS (SELECT 1 FROM unknown)
     ORDER BY i.external_ref
@@ -87,19 +91,23 @@ ORDER BY ord;
 -- after locking it: a filter in the scan would ask them of every unit that SKIP LOCKED
 -- then skips, one per claim in flight. Only when the head's scope is spent does a second
 -- scan ask each candidate (`past_spent`), and the head stays locked until this commits.
+-- Flow controls (0022) are asked the same way: a paused or capped scope
+-- (wl_closed_controls) or a key another unit holds (wl_held_keys_of) skips the unit, from
+-- this statement's snapshot. The admission trigger decides exactly, and a claim that lost
+-- a race to it is refused whole and run again by the service.
 WITH full_claim AS (
     SELECT EXISTS (SELECT 1 FROM work_units
                    WHERE claimed_by = $1 AND state IN ('claimed', 'in_progress'))
         OR EXISTS (SELECT 1 FROM work_units
                    WHERE lease_expires_at < now() AND ($2::text IS NULL OR domain = $2)) AS needed
 ), fresh AS (
-    SELECT id, fleet, domain FROM work_units
+    SELECT id, fleet, domain, exclusive FROM work_units
     WHERE $2::text IS NULL AND state = 'ready' AND NOT (SELECT needed FROM full_claim)
     ORDER BY created_at, id
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
 ), fresh_in_domain AS (
-    SELECT id, fleet, domain FROM work_units
+    SELECT id, fleet, domain, exclusive FROM work_units
     WHERE $2::text IS NOT NULL AND domain = $2 AND state = 'ready'
       AND NOT (SELECT needed FROM full_claim)
     ORDER BY domain, created_at, id
@@ -109,11 +117,15 @@ WITH full_claim AS (
     SELECT * FROM fresh UNION ALL SELECT * FROM fresh_in_domain
 ), head_open AS (
     SELECT h.id FROM head AS h WHERE NOT EXISTS (SELECT FROM wl_spent_budgets(h.fleet, h.domain))
+      AND NOT EXISTS (SELECT FROM wl_closed_controls(h.fleet, h.domain))
+      AND (h.exclusive IS NULL OR NOT EXISTS (SELECT FROM wl_held_keys_of(h.exclusive)))
 ), past_spent AS (
     SELECT id FROM work_units
     WHERE $2::text IS NULL AND state = 'ready'
       AND EXISTS (SELECT 1 FROM head) AND NOT EXISTS (SELECT 1 FROM head_open)
       AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
+      AND NOT EXISTS (SELECT FROM wl_closed_controls(fleet, domain))
+      AND (exclusive IS NULL OR NOT EXISTS (SELECT FROM wl_held_keys_of(exclusive)))
     ORDER BY created_at, id
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
@@ -122,6 +134,8 @@ WITH full_claim AS (
     WHERE $2::text IS NOT NULL AND domain = $2 AND state = 'ready'
       AND EXISTS (SELECT 1 FROM head) AND NOT EXISTS (SELECT 1 FROM head_open)
       AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
+      AND NOT EXISTS (SELECT FROM wl_closed_controls(fleet, domain))
+      AND (exclusive IS NULL OR NOT EXISTS (SELECT FROM wl_held_keys_of(exclusive)))
     ORDER BY domain, created_at, id
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
@@ -158,6 +172,8 @@ SELECT NULL, NULL, false, true FROM full_claim WHERE needed;
 -- lapsed unit whose next attempt would pass its allowance is parked instead (waiting,
 -- its attempt superseded, the ledger's question opened), and the claim goes on to the
 -- next claimable unit. A named claim of one parks it and claims nothing.
+-- Nothing is claimed in a paused scope (stale reclaims included), nor anew in a scope at
+-- its cap, nor a unit one of whose exclusion keys another unit holds (0022).
 WITH held AS (
     SELECT id FROM work_units
     WHERE claimed_by = $1 AND state IN ('claimed', 'in_progress')
@@ -168,6 +184,10 @@ WITH held AS (
                                AND failed_attempts + 1 < attempts_allowed))
       AND NOT EXISTS (SELECT 1 FROM held)
       AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
+      -- A stale reclaim is refused by a pause only, a ready unit by a cap too.
+      AND NOT EXISTS (SELECT FROM wl_closed_controls(fleet, domain) AS c
+                      WHERE state = 'ready' OR c.paused)
+      AND NOT EXISTS (SELECT FROM wl_held_keys_of(exclusive) AS k WHERE k.unit_id <> id)
     FOR NO KEY UPDATE SKIP LOCKED
 ), lapsed AS (
     SELECT id, state, claimed_by FROM work_units
@@ -177,6 +197,7 @@ WITH held AS (
       AND ($2::text IS NULL OR domain = $2) AND failed_attempts + 1 < attempts_allowed
       AND NOT EXISTS (SELECT 1 FROM held)
       AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
+      AND NOT EXISTS (SELECT FROM wl_closed_controls(fleet, domain) AS c WHERE c.paused)
     ORDER BY lease_expires_at
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
@@ -185,6 +206,8 @@ WITH held AS (
     WHERE $4::uuid IS NULL AND $2::text IS NULL AND state = 'ready'
       AND NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM lapsed)
       AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
+      AND NOT EXISTS (SELECT FROM wl_closed_controls(fleet, domain))
+      AND (exclusive IS NULL OR NOT EXISTS (SELECT FROM wl_held_keys_of(exclusive)))
     ORDER BY created_at, id
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
@@ -193,6 +216,8 @@ WITH held AS (
     WHERE $4::uuid IS NULL AND $2::text IS NOT NULL AND domain = $2 AND state = 'ready'
       AND NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM lapsed)
       AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
+      AND NOT EXISTS (SELECT FROM wl_closed_controls(fleet, domain))
+      AND (exclusive IS NULL OR NOT EXISTS (SELECT FROM wl_held_keys_of(exclusive)))
     ORDER BY domain, created_at, id
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
