@@ -246,6 +246,8 @@ def bulk(
         "limit": limit,
     }
     return _write("/units/bulk", body, BulkResult.from_json, key=key)
+
+
 # A control left out of a change: it stays as it is (None would remove a cap or a gate).
 UNCHANGED: Any = object()
 

@@ -285,6 +285,7 @@ class AsyncClient:
             "held_by": held_by,
         }
         return await self.send(calls.bulk(action, where, reason, disposition, dry_run, limit, key))
+
     async def set_controls(
         self,
         fleet: str,
