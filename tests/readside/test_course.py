@@ -103,22 +103,21 @@ async def test_the_forecast_follows_a_known_pattern_zero_days_included(
     assert billing["days_p85"] == math.ceil(OPEN_BILLING / p15)
     assert billing["date_p50"] == today + dt.timedelta(days=math.ceil(OPEN_BILLING / p50))
     assert billing["date_p85"] == today + dt.timedelta(days=math.ceil(OPEN_BILLING / p15))
-    assert billing["spend_p50_cents"] == math.ceil(
-        OPEN_BILLING * sum(WINDOW) * CENTS / sum(WINDOW)
-    )
+    assert billing["spend_p50_cents"] == math.ceil(OPEN_BILLING * sum(WINDOW) * CENTS / sum(WINDOW))
     assert billing["basis"] == "the last 28 days"
 
     orders = await raw.fetchrow("SELECT * FROM v_forecast WHERE domain = 'orders'")
     assert orders is not None
     assert orders["history_days"] == 5
-    assert orders["days_p50"] is None and orders["days_p85"] is None
-    assert orders["date_p50"] is None and orders["spend_p50_cents"] is None
-    assert "5 of 7 days" in orders["basis"] and "2 more needed" in orders["basis"]
+    assert orders["days_p50"] is None
+    assert orders["days_p85"] is None
+    assert orders["date_p50"] is None
+    assert orders["spend_p50_cents"] is None
+    assert "5 of 7 days" in orders["basis"]
+    assert "2 more needed" in orders["basis"]
 
     # '(all)': both domains' days added, orders' zero days and all.
-    merged = [
-        n + (ORDERS[i - 23] if i >= 23 else 0) for i, n in enumerate(WINDOW)
-    ]
+    merged = [n + (ORDERS[i - 23] if i >= 23 else 0) for i, n in enumerate(WINDOW)]
     everything = await raw.fetchrow("SELECT * FROM v_forecast WHERE domain = '(all)'")
     assert everything is not None
     assert everything["open_units"] == OPEN_BILLING + OPEN_ORDERS
@@ -156,7 +155,8 @@ async def test_fewer_than_seven_days_or_none_says_why(raw: asyncpg.Connection) -
     )
     row = await raw.fetchrow("SELECT * FROM v_forecast WHERE domain = 'new'")
     assert row is not None
-    assert row["open_units"] == 1 and row["days_p50"] is None
+    assert row["open_units"] == 1
+    assert row["days_p50"] is None
     assert row["basis"].startswith("no unit disposed yet")
 
 
@@ -187,7 +187,7 @@ async def test_todays_writes_are_counted_as_they_happen(
     await ledger.register([NewUnit(r, "fleet-a", "course") for r in refs], OPERATOR)
     a1, _ = await _work(ledger, "c1", "agent-1", 100)
     a2, _ = await _work(ledger, "c2", "agent-2", 30)
-    a3, _ = await _work(ledger, "c3", "agent-3", 20)
+    _a3, _ = await _work(ledger, "c3", "agent-3", 20)
     await ledger.verify("c1", a1, "https://ci.example/c1")
     await ledger.dispose("c1", Disposition.MIGRATED, a1)
     await ledger.release("c2", a2, outcome=Outcome.FAILED)
@@ -204,7 +204,8 @@ async def test_todays_writes_are_counted_as_they_happen(
         assert (row["migrated"], row["dropped"], row["disposed"]) == (1, 1, 2)
         assert (row["verified"], row["failed"], row["superseded"]) == (1, 1, 1)
         assert (row["split"], row["abandoned"]) == (0, 0)
-        assert row["cost_cents"] == 155 and row["estimated_cents"] == 0
+        assert row["cost_cents"] == 155
+        assert row["estimated_cents"] == 0
         assert row["agents"] == 3
         assert row["peak_live"] == 3
         everything = await _today(raw, "(all)")
@@ -217,9 +218,12 @@ async def test_todays_writes_are_counted_as_they_happen(
     assert await raw.fetchval("SELECT count(*) FROM wl_day_notes") == 0
     await check()
     # Live now is 1 (c3's second attempt), below the day's peak.
-    assert await raw.fetchval(
-        "SELECT sum(claimed + in_progress) FROM v_queue_depth WHERE scope = 'domain'"
-    ) == 1
+    assert (
+        await raw.fetchval(
+            "SELECT sum(claimed + in_progress) FROM v_queue_depth WHERE scope = 'domain'"
+        )
+        == 1
+    )
 
 
 async def test_the_audit_names_a_broken_daily_tally_and_the_rebuild_repairs_it(
