@@ -4,11 +4,14 @@ folded and not; the audit names a broken daily tally and the rebuild repairs it.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
 
 import asyncpg
+from typer.testing import CliRunner
 
+from work_ledger.cli import app
 from work_ledger.domain.model import Actor, Disposition, NewUnit, Outcome
 from work_ledger.service.ledger import Ledger
 
@@ -254,3 +257,58 @@ def _audit_sql() -> str:
     from work_ledger.db.queries import QUERIES
 
     return QUERIES["audit_ledger"].rstrip().rstrip(";")
+
+
+async def _report(url: str, *args: str) -> str:
+    runner = CliRunner(env={"WL_DATABASE_URL": url, "COLUMNS": "80", "NO_COLOR": "1"})
+    result = await asyncio.to_thread(runner.invoke, app, ["report", *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _day(day: dt.date, today: dt.date) -> str:
+    return f"{day.day} {day:%b}" + ("" if day.year == today.year else f" {day.year}")
+
+
+async def test_the_report_opens_with_the_course_at_80_columns(
+    raw: asyncpg.Connection, database_url: str
+) -> None:
+    today = await _seed_history(raw)
+    out = await _report(database_url)
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert out.index("The program's course (all domains)") < out.index("v_queue_depth")
+    merged = [n + (ORDERS[i - 23] if i >= 23 else 0) for i, n in enumerate(WINDOW)]
+    last7, before7 = sum(merged[-7:]), sum(merged[-14:-7])
+    row = next(line for line in out.splitlines() if line.startswith("MIGRATED "))
+    change = f"{(last7 - before7) / before7 * 100:+.0f}%"
+    assert row.split() == ["MIGRATED", str(last7), str(before7), change]
+    cost = next(line for line in out.splitlines() if line.startswith("cost per MIGRATED"))
+    assert cost.split()[3:5] == ["$2.50", "$2.50"]
+    share = next(line for line in out.splitlines() if line.startswith("failed share"))
+    assert share.split()[2:4] == ["0.0%", "0.0%"]
+    chart = next(line for line in out.splitlines() if line.startswith("MIGRATED a day"))
+    bars = chart.split("|")[1]
+    assert len(bars) == 28
+    assert [c == " " for c in bars] == [n == 0 for n in merged]
+    assert bars[merged.index(max(merged))] == "█"
+    assert chart.endswith(f"most {max(merged)}")
+    opened = OPEN_BILLING + OPEN_ORDERS
+    p50, p15 = percentile_cont(merged, 0.5), percentile_cont(merged, 0.15)
+    early = today + dt.timedelta(days=math.ceil(opened / p50))
+    late = today + dt.timedelta(days=math.ceil(opened / p15))
+    sentence = (
+        f"{opened:,} units open; at the last 28 days' pace done between {_day(early, today)}"
+        f" (P50) and {_day(late, today)} (P85), about ${opened * CENTS / 100:,.0f} more"
+    )
+    assert sentence in " ".join(out.split())
+
+
+async def test_the_report_for_a_young_domain_says_how_much_more_history_it_needs(
+    raw: asyncpg.Connection, database_url: str
+) -> None:
+    await _seed_history(raw)
+    out = " ".join((await _report(database_url, "--domain", "orders")).split())
+    assert "The program's course (orders)" in out
+    assert f"{OPEN_ORDERS} units open; no forecast yet: 5 of 7 days of history" in out
+    assert "2 more needed" in out
+    assert "(P50)" not in out

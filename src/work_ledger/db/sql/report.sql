@@ -181,3 +181,18 @@ SELECT wl_fold_read_summaries($1) AS folded;
 -- name: read_grant_reader
 -- $1 role name, $2 SCRAM-SHA-256 password verifier: the views the role may now read.
 SELECT wl_grant_reader($1, $2) AS views;
+
+-- name: read_course_days
+-- $1 domain or null ('(all)'). The program's course: the 28 UTC days before today, and
+-- today, from v_daily (a range of its kept days); days with nothing have no row.
+SELECT day, migrated, disposed, verified, split, failed, abandoned, superseded, cost_cents,
+       estimated_cents, agents, peak_live
+FROM v_daily
+WHERE domain = coalesce($1::text, '(all)') AND day >= (now() AT TIME ZONE 'UTC')::date - 28
+ORDER BY day;
+
+-- name: read_forecast
+-- $1 domain or null ('(all)'): the forecast's row, and today's UTC date.
+SELECT f.*, (now() AT TIME ZONE 'UTC')::date AS today
+FROM (SELECT (now() AT TIME ZONE 'UTC')::date AS today) AS t
+LEFT JOIN v_forecast AS f ON f.domain = coalesce($1::text, '(all)');
