@@ -9,8 +9,10 @@ import datetime as dt
 import math
 
 import asyncpg
+from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
+from work_ledger.api.collectors import LedgerMetrics
 from work_ledger.cli import app
 from work_ledger.domain.model import Actor, Disposition, NewUnit, Outcome
 from work_ledger.service.ledger import Ledger
@@ -312,3 +314,27 @@ async def test_the_report_for_a_young_domain_says_how_much_more_history_it_needs
     assert f"{OPEN_ORDERS} units open; no forecast yet: 5 of 7 days of history" in out
     assert "2 more needed" in out
     assert "(P50)" not in out
+
+
+async def test_metrics_export_the_forecast_and_the_open_units(raw: asyncpg.Connection) -> None:
+    """/metrics: work_ledger_forecast_days per domain and quantile as v_forecast says, no
+    sample where the history is too short; work_ledger_open_units for every scope."""
+    await _seed_history(raw)
+    metrics = LedgerMetrics()
+    await metrics.refresh(raw)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics.render().decode())
+        for s in family.samples
+    }
+    for f in await raw.fetch("SELECT * FROM v_forecast"):
+        domain = f["domain"]
+        assert samples[("work_ledger_open_units", (("domain", domain),))] == f["open_units"]
+        for quantile, days in (("0.5", f["days_p50"]), ("0.85", f["days_p85"])):
+            key = ("work_ledger_forecast_days", (("domain", domain), ("quantile", quantile)))
+            assert samples.get(key) == days
+    everything = ("work_ledger_forecast_days", (("domain", "(all)"), ("quantile", "0.85")))
+    assert samples[everything] > 0
+    assert ("work_ledger_forecast_days", (("domain", "orders"), ("quantile", "0.5"))) not in (
+        samples
+    )

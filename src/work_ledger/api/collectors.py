@@ -20,6 +20,11 @@ request path:
     work_ledger_budget_cap_cents{fleet,domain}      gauge  each budget (v_budget; domain "(all)":
     work_ledger_budget_spent_cents{fleet,domain}    gauge  the fleet's), what its scope spent
     work_ledger_budget_remaining_cents{fleet,domain} gauge and what remains
+    work_ledger_open_units{domain}           gauge    units not done or abandoned (v_forecast;
+                                             domain "(all)": every domain)
+    work_ledger_forecast_days{domain,quantile}  gauge  days until the open units are done at
+                                             the last 28 days' pace: quantile "0.5" (P50)
+                                             and "0.85" (P85); absent without the history
 
 These describe the ledger, not this process: every replica reports the same values
 (aggregate them with max, not sum), and they survive restarts.
@@ -108,6 +113,7 @@ class _ViewCollector(Collector):
         )
         yield from _waiting_families(snapshot)
         yield from _budget_families(snapshot)
+        yield from _forecast_families(snapshot)
 
     @staticmethod
     def _by_group(name: str, documentation: str, values: dict[str, int]) -> GaugeMetricFamily:
@@ -174,6 +180,28 @@ def _budget_families(snapshot: GaugeSnapshot) -> Iterator[Metric]:
         for (fleet, domain), budget in sorted(snapshot.budgets.items()):
             family.add_metric([fleet, domain], getattr(budget, field))
         yield family
+
+
+def _forecast_families(snapshot: GaugeSnapshot) -> Iterator[Metric]:
+    opened = GaugeMetricFamily(
+        "work_ledger_open_units",
+        'Units not done or abandoned, per domain; "(all)": every domain (v_forecast).',
+        labels=["domain"],
+    )
+    days = GaugeMetricFamily(
+        "work_ledger_forecast_days",
+        "Days until the open units are done at the pace of the 28 UTC days before today "
+        '(v_forecast): quantile "0.5" is P50, "0.85" P85. No sample while the scope has '
+        "fewer than 7 days of history, or its percentile day disposed nothing.",
+        labels=["domain", "quantile"],
+    )
+    for domain, forecast in sorted(snapshot.forecast.items()):
+        opened.add_metric([domain], forecast.open_units)
+        for quantile, value in (("0.5", forecast.days_p50), ("0.85", forecast.days_p85)):
+            if value is not None:
+                days.add_metric([domain, quantile], value)
+    yield opened
+    yield days
 
 
 def _filled(family: Family, values: dict[str, int]) -> Family:

@@ -143,7 +143,8 @@ ORDER BY sum(cost_cents) DESC, model NULLS LAST;
 -- open questions and the oldest one's age by assignee group (v_open_questions: an index,
 -- not v_question_wait's aggregate of every question), waiting units by domain and
 -- reason (a DEAD or DEFERRED prerequisite, an unfinished one, the attempt limit) with the
--- oldest one's wait, and each budget's cap, spend and what remains.
+-- oldest one's wait, each budget's cap, spend and what remains, and per domain and
+-- '(all)' the open units and the forecast's days (v_forecast, 0023).
 SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
         FROM v_queue_depth AS q WHERE q.scope = 'domain') AS queue_depth,
        (SELECT coalesce(jsonb_object_agg(s.domain, s.stalled_units), '{}')
@@ -170,7 +171,11 @@ SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'fleet', b.fleet, 'domain', coalesce(b.domain, '(all)'), 'cap', b.cap_cents,
                    'spent', b.spent_cents, 'remaining', b.remaining_cents)), '[]')
-        FROM v_budget AS b) AS budgets;
+        FROM v_budget AS b) AS budgets,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'domain', f.domain, 'open', f.open_units, 'p50', f.days_p50,
+                   'p85', f.days_p85)), '[]')
+        FROM v_forecast AS f) AS forecast;
 
 -- name: fold_read_summaries
 -- $1 the fewest change rows worth a fold (0: any). The change rows written since the last
