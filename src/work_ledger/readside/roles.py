@@ -32,6 +32,8 @@ READ_VIEWS = (
     "v_most_attempted_units",
     "v_changed_units",
     "v_open_questions",
+    "v_daily",
+    "v_forecast",
 )
 SCRAM_ITERATIONS = 4096
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
