@@ -90,6 +90,12 @@ LATER_VIEWS = {
     "v_waiting": "SELECT * FROM v_waiting LIMIT 100",
     "v_budget": "SELECT * FROM v_budget",
     "v_cost_by_model": "SELECT * FROM v_cost_by_model",
+    "v_daily": "SELECT * FROM v_daily",
+    "v_daily (the report's 28 days of '(all)')": (
+        "SELECT * FROM v_daily WHERE domain = '(all)'"
+        " AND day >= (now() AT TIME ZONE 'UTC')::date - 28"
+    ),
+    "v_forecast": "SELECT * FROM v_forecast",
 }
 # The report's own queries from migration 0017 on (v_costliest_units, v_most_attempted_units).
 RANKED = {
@@ -139,6 +145,14 @@ async def fill(admin_url: str, *, units: int, events_per_unit: int, through: int
                 await conn.execute(statement)
             timings[step] = round(time.perf_counter() - t0, 1)
             print(f"{step}: {timings[step]} s", flush=True)
+        if await conn.fetchval("SELECT to_regclass('cost_records') IS NOT NULL"):
+            # A schema with cost records (0011 on): one per attempt that cost anything, so
+            # the course's days (0023) have cost to sum.
+            t0 = time.perf_counter()
+            for statement in FILL["fill_costs"].split(";\n"):
+                await conn.execute(statement)
+            timings["fill_costs"] = round(time.perf_counter() - t0, 1)
+            print(f"fill_costs: {timings['fill_costs']} s", flush=True)
         # Triggers were off: a schema that keeps summaries builds them from what is there.
         if await conn.fetchval("SELECT to_regproc('wl_rebuild_read_summaries') IS NOT NULL"):
             await conn.execute("SELECT wl_rebuild_read_summaries()")
