@@ -281,6 +281,7 @@ def _write_table(run: dict[str, Any]) -> list[str]:
         "0016": "0016 (row triggers)",
         "0017": "0017 (change rows + fold)",
         "0019": "0019 (noted by the guard)",
+        "0023": "0023 (and the course's days)",
     }
     lines = [
         "",
@@ -321,6 +322,9 @@ def main() -> None:
     parser.add_argument("--label", default="run")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--windows", type=int, default=6, help="`write`: concurrent windows")
+    parser.add_argument(
+        "--variants", help="`write`: the schemas to compare, e.g. 0019,0023 (default: all)"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.step == "table":
@@ -340,7 +344,8 @@ def main() -> None:
     elif args.step == "write":
         from bench.readside_write import measure_write
 
-        result = asyncio.run(measure_write(url, windows=args.windows))
+        only = args.variants.split(",") if args.variants else None
+        result = asyncio.run(measure_write(url, windows=args.windows, only=only))
     elif args.step == "wal":
         from bench.readside_wal import measure_wal
 
