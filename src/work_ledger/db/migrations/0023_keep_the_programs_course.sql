@@ -183,18 +183,23 @@ FROM wl_pending_sides
 WHERE disposition IS NOT NULL AND disposed_at IS NOT NULL
 GROUP BY 1, 2;
 
--- The agents the notes (and the attempts still running, on each day since they started)
--- add to a day: those not counted yet, per domain and '(all)'.
+-- The running attempts' agents, today: a claim noted its first day, its end will note
+-- every day it ran, and each fold notes today (so a day between, while it runs, is
+-- counted by the fold that ran that day). Few rows: one live claim per agent, read from
+-- the partial index of running attempts.
+CREATE VIEW wl_running_agents_today AS
+SELECT wl_utc_day(now()) AS day, u.domain, a.agent_id
+FROM work_unit_attempts AS a
+JOIN work_units AS u ON u.id = a.unit_id
+WHERE a.outcome IS NULL;
+
+-- The agents the notes and the running attempts add to a day: those not counted yet, per
+-- domain and '(all)'.
 CREATE VIEW wl_pending_daily_agents AS
 SELECT DISTINCT x.day, s.domain, x.agent_id
 FROM (SELECT n.day, n.domain, n.agent_id FROM wl_day_notes AS n WHERE n.agent_id IS NOT NULL
       UNION ALL
-      SELECT d::date, u.domain, a.agent_id
-      FROM work_unit_attempts AS a
-      JOIN work_units AS u ON u.id = a.unit_id
-      CROSS JOIN generate_series(wl_utc_day(a.started_at)::timestamp,
-                                 wl_utc_day(now())::timestamp, interval '1 day') AS d
-      WHERE a.outcome IS NULL) AS x
+      SELECT day, domain, agent_id FROM wl_running_agents_today) AS x
 CROSS JOIN LATERAL (VALUES (x.domain), ('(all)')) AS s (domain)
 WHERE NOT EXISTS (SELECT 1 FROM wl_daily_agents AS k
                   WHERE (k.day, k.domain, k.agent_id) = (x.day, s.domain, x.agent_id));
@@ -445,8 +450,10 @@ BEGIN
     ), agents AS (
         INSERT INTO wl_daily_agents
         SELECT DISTINCT n.day, s.domain, n.agent_id
-        FROM notes AS n CROSS JOIN LATERAL (VALUES (n.domain), ('(all)')) AS s (domain)
-        WHERE n.agent_id IS NOT NULL
+        FROM (SELECT day, domain, agent_id FROM notes WHERE agent_id IS NOT NULL
+              UNION ALL
+              SELECT day, domain, agent_id FROM wl_running_agents_today) AS n
+        CROSS JOIN LATERAL (VALUES (n.domain), ('(all)')) AS s (domain)
         ORDER BY 1, 2, 3
         ON CONFLICT ON CONSTRAINT daily_agents_key DO NOTHING
         RETURNING day, domain
