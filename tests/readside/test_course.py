@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import math
+from pathlib import Path
 
 import asyncpg
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,6 +20,7 @@ from work_ledger.domain.model import Actor, Disposition, NewUnit, Outcome
 from work_ledger.service.ledger import Ledger
 
 OPERATOR = Actor("operator", privileged=True)
+DASHBOARD = Path(__file__).parents[2] / "deploy/grafana/provisioning/dashboards/work-ledger.json"
 
 # MIGRATED per day in `billing`, oldest first: the 28 UTC days before today (index 27 is
 # yesterday), then 2 more days before the window that the forecast must not count.
@@ -338,3 +341,20 @@ async def test_metrics_export_the_forecast_and_the_open_units(raw: asyncpg.Conne
     assert ("work_ledger_forecast_days", (("domain", "orders"), ("quantile", "0.5"))) not in (
         samples
     )
+
+
+def test_grafana_has_the_course_row() -> None:
+    """The second row: daily MIGRATED by domain, cost per MIGRATED, failed share against
+    peak live units, and the forecast, each reading v_daily or v_forecast."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    panels = {p["title"]: p for p in dashboard["panels"]}
+    assert panels["The program's course"]["type"] == "row"
+    for title, view in (
+        ("Daily MIGRATED by domain", "v_daily"),
+        ("Cost per MIGRATED per day", "v_daily"),
+        ("Failed share against peak live units", "v_daily"),
+        ("Forecast", "v_forecast"),
+    ):
+        (target,) = panels[title]["targets"]
+        assert f"FROM {view}" in target["rawSql"], title
+    assert panels["Forecast"]["type"] == "stat"
