@@ -184,22 +184,21 @@ WHERE disposition IS NOT NULL AND disposed_at IS NOT NULL
 GROUP BY 1, 2;
 
 -- The running attempts' agents, today: a claim noted its first day, its end will note
--- every day it ran, and each fold notes today (so a day between, while it runs, is
--- counted by the fold that ran that day). Few rows: one live claim per agent, read from
--- the partial index of running attempts.
+-- every day it ran, and each fold notes today, so a day an attempt runs through is kept
+-- by that day's folds (serve folds every second). Read by the fold only: per read it would
+-- join every running attempt to its unit. Few rows (one live claim per agent), from the
+-- partial index of running attempts.
 CREATE VIEW wl_running_agents_today AS
 SELECT wl_utc_day(now()) AS day, u.domain, a.agent_id
 FROM work_unit_attempts AS a
 JOIN work_units AS u ON u.id = a.unit_id
 WHERE a.outcome IS NULL;
 
--- The agents the notes and the running attempts add to a day: those not counted yet, per
--- domain and '(all)'.
+-- The agents the notes add to a day: those not counted yet, per domain and '(all)'.
 CREATE VIEW wl_pending_daily_agents AS
 SELECT DISTINCT x.day, s.domain, x.agent_id
-FROM (SELECT n.day, n.domain, n.agent_id FROM wl_day_notes AS n WHERE n.agent_id IS NOT NULL
-      UNION ALL
-      SELECT day, domain, agent_id FROM wl_running_agents_today) AS x
+FROM (SELECT n.day, n.domain, n.agent_id FROM wl_day_notes AS n
+      WHERE n.agent_id IS NOT NULL) AS x
 CROSS JOIN LATERAL (VALUES (x.domain), ('(all)')) AS s (domain)
 WHERE NOT EXISTS (SELECT 1 FROM wl_daily_agents AS k
                   WHERE (k.day, k.domain, k.agent_id) = (x.day, s.domain, x.agent_id));
