@@ -11,9 +11,9 @@
 -- - live units: the same change rows, now numbered (seq) and timed (noted_at): the fold
 --   runs the live count forward from the folded one in the order the changes were noted,
 --   and keeps each day's highest value (a peak counted as the changes happen, no scan);
--- - attempts ended, agents and cost: wl_day_notes, appended by triggers on
---   work_unit_attempts (a claim: its agent; an end: its outcome, and its agent on every
---   day it ran) and cost_records (each statement's cents per day and domain).
+-- - attempts ended, agents and cost: wl_day_notes, appended by a claim's trigger (its
+--   agent), the attempts' guard (an end: its outcome, and its agent on every day it ran)
+--   and the cost records' trigger (the record's cents).
 -- A peak is not in the tables afterwards: a rebuild keeps the days already counted and
 -- leaves the others null; everything else it recounts.
 
@@ -86,51 +86,95 @@ COMMENT ON TABLE wl_day_notes IS
     'on a day, an attempt that ended, the cents recorded; deleted as the fold adds them to '
     'wl_daily_tallies.';
 
--- A claim notes its agent on the day it starts.
-CREATE FUNCTION wl_note_attempts_started() RETURNS trigger LANGUAGE plpgsql AS $$
+-- A claim notes its agent on the day it starts (a row trigger: a claim inserts one
+-- attempt, and a row trigger keeps no transition table).
+CREATE FUNCTION wl_note_attempt_started() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO wl_day_notes (day, domain, agent_id)
-    SELECT wl_utc_day(a.started_at), u.domain, a.agent_id
-    FROM new_attempts AS a JOIN work_units AS u ON u.id = a.unit_id;
+    SELECT wl_utc_day(NEW.started_at), u.domain, NEW.agent_id
+    FROM work_units AS u WHERE u.id = NEW.unit_id;
     RETURN NULL;
 END $$;
 CREATE TRIGGER daily_on_attempt_start
-    AFTER INSERT ON work_unit_attempts REFERENCING NEW TABLE AS new_attempts
-    FOR EACH STATEMENT EXECUTE FUNCTION wl_note_attempts_started();
+    AFTER INSERT ON work_unit_attempts
+    FOR EACH ROW EXECUTE FUNCTION wl_note_attempt_started();
 
 -- An end notes its outcome on the day it ends, and its agent on every day the attempt ran
--- (an outcome is final once set: attempt_outcome_final). `blocked` is no end of the work.
-CREATE FUNCTION wl_note_attempt_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+-- (an outcome is final once set). `blocked` is no end of the work. Noted by 0002's guard
+-- of attempt changes, which runs for every update of an attempt anyway (as 0019 did with
+-- the unit's change rows): no second plpgsql call per end. The guard is the only BEFORE
+-- trigger on work_unit_attempts, so NEW is the row as it will be written; a refused change
+-- raises before the note.
+CREATE OR REPLACE FUNCTION wl_guard_attempt_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO wl_day_notes (day, domain, agent_id, outcome)
-    SELECT d::date, u.domain, NEW.agent_id,
-           CASE WHEN d::date = wl_utc_day(NEW.ended_at) AND NEW.outcome <> 'blocked'
-                THEN NEW.outcome END
-    FROM work_units AS u
-    CROSS JOIN generate_series(wl_utc_day(NEW.started_at)::timestamp,
-                               wl_utc_day(NEW.ended_at)::timestamp, interval '1 day') AS d
-    WHERE u.id = NEW.unit_id;
-    RETURN NULL;
+    IF NEW.unit_id <> OLD.unit_id OR NEW.attempt_no <> OLD.attempt_no
+       OR NEW.agent_id <> OLD.agent_id OR NEW.started_at <> OLD.started_at
+       OR NEW.cost_cents < OLD.cost_cents
+       OR (OLD.outcome IS NOT NULL AND (NEW.outcome IS DISTINCT FROM OLD.outcome
+                                        OR NEW.ended_at IS DISTINCT FROM OLD.ended_at)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'check_violation',
+            CONSTRAINT = 'attempt_outcome_final',
+            MESSAGE = format('attempt %s of unit %s (%s) cannot change so: its unit, number, agent '
+                             'and start are fixed, its cost only grows, and once ended its outcome '
+                             'never changes', OLD.attempt_no, OLD.unit_id,
+                             coalesce('ended ' || OLD.outcome, 'running')),
+            HINT = 'claim the unit again to start a new attempt';
+    END IF;
+    -- The program's course (0023): an attempt that ends now.
+    IF OLD.outcome IS NULL AND NEW.outcome IS NOT NULL THEN
+        INSERT INTO wl_day_notes (day, domain, agent_id, outcome)
+        SELECT d::date, u.domain, NEW.agent_id,
+               CASE WHEN d::date = wl_utc_day(NEW.ended_at) AND NEW.outcome <> 'blocked'
+                    THEN NEW.outcome END
+        FROM work_units AS u
+        CROSS JOIN generate_series(wl_utc_day(NEW.started_at)::timestamp,
+                                   wl_utc_day(NEW.ended_at)::timestamp, interval '1 day') AS d
+        WHERE u.id = NEW.unit_id;
+    END IF;
+    RETURN NEW;
 END $$;
-CREATE TRIGGER daily_on_attempt_end
-    AFTER UPDATE ON work_unit_attempts
-    FOR EACH ROW WHEN (OLD.outcome IS NULL AND NEW.outcome IS NOT NULL)
-    EXECUTE FUNCTION wl_note_attempt_ended();
 
--- Cost records are append-only: each statement's cents per day and domain.
-CREATE FUNCTION wl_note_costs_recorded() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Cost records are append-only: 0014's row trigger, which reads the record's unit
+-- anyway, notes its cents for the day too (no second plpgsql call per record).
+CREATE OR REPLACE FUNCTION wl_tally_cost_record() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    unit work_units;
+    new_unit integer;
 BEGIN
-    INSERT INTO wl_day_notes (day, domain, cost_cents, estimated_cents)
-    SELECT wl_utc_day(r.created_at), u.domain, sum(r.cost_cents),
-           coalesce(sum(r.cost_cents) FILTER (WHERE r.estimated), 0)
-    FROM new_records AS r JOIN work_units AS u ON u.id = r.unit_id
-    GROUP BY 1, 2
-    HAVING sum(r.cost_cents) > 0;
+    SELECT * INTO unit FROM work_units WHERE id = NEW.unit_id;
+    INSERT INTO wl_model_units VALUES (unit.fleet, unit.domain, NEW.model, NEW.unit_id)
+    ON CONFLICT ON CONSTRAINT model_units_key DO NOTHING;
+    GET DIAGNOSTICS new_unit = ROW_COUNT;
+    INSERT INTO wl_model_tallies AS t
+    VALUES (unit.fleet, unit.domain, NEW.model, wl_tally_stripe(16), NEW.cost_cents,
+            CASE WHEN NEW.estimated THEN NEW.cost_cents ELSE 0 END, NEW.estimated::integer,
+            coalesce(NEW.input_tokens, 0), (NEW.input_tokens IS NOT NULL)::integer,
+            coalesce(NEW.output_tokens, 0), (NEW.output_tokens IS NOT NULL)::integer,
+            coalesce(NEW.cache_read_tokens, 0), (NEW.cache_read_tokens IS NOT NULL)::integer,
+            coalesce(NEW.cache_write_tokens, 0), (NEW.cache_write_tokens IS NOT NULL)::integer,
+            1, new_unit)
+    ON CONFLICT ON CONSTRAINT model_tallies_key DO UPDATE
+    SET cost_cents = t.cost_cents + excluded.cost_cents,
+        estimated_cents = t.estimated_cents + excluded.estimated_cents,
+        estimated_records = t.estimated_records + excluded.estimated_records,
+        input_tokens = t.input_tokens + excluded.input_tokens,
+        input_records = t.input_records + excluded.input_records,
+        output_tokens = t.output_tokens + excluded.output_tokens,
+        output_records = t.output_records + excluded.output_records,
+        cache_read_tokens = t.cache_read_tokens + excluded.cache_read_tokens,
+        cache_read_records = t.cache_read_records + excluded.cache_read_records,
+        cache_write_tokens = t.cache_write_tokens + excluded.cache_write_tokens,
+        cache_write_records = t.cache_write_records + excluded.cache_write_records,
+        records = t.records + excluded.records,
+        units = t.units + excluded.units;
+    -- The program's course (0023): the day's cents.
+    IF NEW.cost_cents > 0 THEN
+        INSERT INTO wl_day_notes (day, domain, cost_cents, estimated_cents)
+        VALUES (wl_utc_day(NEW.created_at), unit.domain, NEW.cost_cents,
+                CASE WHEN NEW.estimated THEN NEW.cost_cents ELSE 0 END);
+    END IF;
     RETURN NULL;
 END $$;
-CREATE TRIGGER daily_on_cost_record
-    AFTER INSERT ON cost_records REFERENCING NEW TABLE AS new_records
-    FOR EACH STATEMENT EXECUTE FUNCTION wl_note_costs_recorded();
 
 -- The live count's steps not yet folded: per change row and domain (and '(all)'), how it
 -- moved the live count, in the order the changes were noted.
