@@ -87,6 +87,12 @@ LATER_VIEWS = {
     "v_waiting": "SELECT * FROM v_waiting LIMIT 100",
     "v_budget": "SELECT * FROM v_budget",
     "v_cost_by_model": "SELECT * FROM v_cost_by_model",
+    "v_daily": "SELECT * FROM v_daily",
+    "v_daily (the report's 28 days of '(all)')": (
+        "SELECT * FROM v_daily WHERE domain = '(all)'"
+        " AND day >= (now() AT TIME ZONE 'UTC')::date - 28"
+    ),
+    "v_forecast": "SELECT * FROM v_forecast",
 }
 # The report's own queries from migration 0017 on (v_costliest_units, v_most_attempted_units).
 RANKED = {
@@ -136,6 +142,14 @@ async def fill(admin_url: str, *, units: int, events_per_unit: int, through: int
                 await conn.execute(statement)
             timings[step] = round(time.perf_counter() - t0, 1)
             print(f"{step}: {timings[step]} s", flush=True)
+        if await conn.fetchval("SELECT to_regclass('cost_records') IS NOT NULL"):
+            # A schema with cost records (0011 on): one per attempt that cost anything, so
+            # the course's days (0023) have cost to sum.
+            t0 = time.perf_counter()
+            for statement in FILL["fill_costs"].split(";\n"):
+                await conn.execute(statement)
+            timings["fill_costs"] = round(time.perf_counter() - t0, 1)
+            print(f"fill_costs: {timings['fill_costs']} s", flush=True)
         # Triggers were off: a schema that keeps summaries builds them from what is there.
         if await conn.fetchval("SELECT to_regproc('wl_rebuild_read_summaries') IS NOT NULL"):
             await conn.execute("SELECT wl_rebuild_read_summaries()")
@@ -264,6 +278,7 @@ def _write_table(run: dict[str, Any]) -> list[str]:
         "0016": "0016 (row triggers)",
         "0017": "0017 (change rows + fold)",
         "0019": "0019 (noted by the guard)",
+        "0023": "0023 (and the course's days)",
     }
     lines = [
         "",
@@ -304,6 +319,9 @@ def main() -> None:
     parser.add_argument("--label", default="run")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--windows", type=int, default=6, help="`write`: concurrent windows")
+    parser.add_argument(
+        "--variants", help="`write`: the schemas to compare, e.g. 0019,0023 (default: all)"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.step == "table":
@@ -323,7 +341,8 @@ def main() -> None:
     elif args.step == "write":
         from bench.readside_write import measure_write
 
-        result = asyncio.run(measure_write(url, windows=args.windows))
+        only = args.variants.split(",") if args.variants else None
+        result = asyncio.run(measure_write(url, windows=args.windows, only=only))
     else:
         result = asyncio.run(time_reads(url, label=args.label, reps=args.reps))
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -112,3 +112,13 @@ VACUUM ANALYZE work_units;
 VACUUM ANALYZE work_unit_attempts;
 VACUUM ANALYZE blocking_questions;
 VACUUM ANALYZE work_unit_events;
+
+-- name: fill_costs
+-- One cost record per attempt that cost anything, at its end (or start, while it runs):
+-- only where the schema has cost_records (migration 0011 on).
+SET session_replication_role = replica;
+INSERT INTO cost_records (attempt_id, unit_id, cost_cents, recorded_by, estimated, created_at)
+SELECT id, unit_id, cost_cents, agent_id, attempt_no % 5 = 0, coalesce(ended_at, started_at)
+FROM work_unit_attempts WHERE cost_cents > 0;
+RESET session_replication_role;
+VACUUM ANALYZE cost_records;

@@ -9,8 +9,10 @@ databases side by side on one server, each with its own connections:
   triggers upsert the tallies in the statement that changes a unit;
 - `0017`: all but 0019: a row trigger of its own appends one change row per unit change,
   and wl_fold_read_summaries() folds them into the tallies;
-- `0019`: all migrations: the unit's guard appends the change row, folded as in 0017;
-- `off`: all but 0019, with the tally triggers disabled (nothing kept: the baseline, the
+- `0019`: all but 0023: the unit's guard appends the change row, folded as in 0017;
+- `0023`: all migrations: 0019 and the program's course (change rows numbered and timed,
+  notes of attempts' ends, claims and costs, folded into the days);
+- `off`: all but 0019 and 0023, with the tally triggers disabled (nothing kept: the baseline, the
   guard as it was before 0019).
 
 Every variant has the other migrations (0018, 0020, ...), since the product's statements
@@ -57,12 +59,13 @@ from work_ledger.db.queries import QUERIES
 
 # Each variant's database and the migrations left out of it.
 VARIANTS: dict[str, tuple[str, set[int]]] = {
-    "0016": ("readside_write_0016", {17, 19, 21}),
-    "0017": ("readside_write_0017", {19}),
-    "0019": ("readside_write", set()),
-    "off": ("readside_write_off", {19}),
+    "0016": ("readside_write_0016", {17, 19, 21, 23}),
+    "0017": ("readside_write_0017", {19, 23}),
+    "0019": ("readside_write_0019", {23}),
+    "0023": ("readside_write", set()),
+    "off": ("readside_write_off", {19, 23}),
 }
-FOLDED = ("0017", "0019")
+FOLDED = ("0017", "0019", "0023")
 TRIGGERS = ("read_summaries_on_insert", "read_summaries_on_update")
 FOLD_SECONDS = 1.0
 FOLD_EVERY_LIVES = 200  # 1,000 change rows: serve's FOLD_MIN_ROWS
@@ -192,9 +195,14 @@ async def measure_write(
     windows: int = 6,
     workers: int = 64,
     window: float = 4.0,
+    only: list[str] | None = None,
 ) -> dict[str, Any]:
+    """`only`: the variants to run (`off` always among them: the ratios' baseline)."""
+    chosen = {
+        name: v for name, v in VARIANTS.items() if only is None or name in only or name == "off"
+    }
     urls = {
-        name: await _fresh(admin_url, database, skip) for name, (database, skip) in VARIANTS.items()
+        name: await _fresh(admin_url, database, skip) for name, (database, skip) in chosen.items()
     }
     off = await connect(urls["off"])
     try:
@@ -207,7 +215,7 @@ async def measure_write(
         conn = await connect(url)
         backend = psutil.Process(await conn.fetchval("SELECT pg_backend_pid()"))
         serials[name] = _Serial(conn, backend, folds=name in FOLDED)
-    names = list(VARIANTS)
+    names = list(chosen)
     rates: dict[str, list[float]] = {name: [] for name in names}
     try:
         k = len(names)
@@ -264,6 +272,20 @@ async def measure_write(
             ),
             "lives per s at c=64 (ratio of medians)": round(
                 statistics.median(rates[name]) / statistics.median(rates["off"]), 3
+            ),
+        }
+    if "0019" in rates and "0023" in rates:
+        # The course's summaries on their own: 0023 against the schema just before it.
+        ratios["0023 over 0019"] = {
+            "backend CPU per life": round(
+                per_life["0023"]["cpu_ms"] / per_life["0019"]["cpu_ms"], 3
+            ),
+            "lives per s at c=64 (median of per-round ratios)": round(
+                statistics.median(a / b for a, b in zip(rates["0023"], rates["0019"], strict=True)),
+                3,
+            ),
+            "lives per s at c=64 (ratio of medians)": round(
+                statistics.median(rates["0023"]) / statistics.median(rates["0019"]), 3
             ),
         }
     return {

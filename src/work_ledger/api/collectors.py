@@ -25,6 +25,11 @@ request path:
     work_ledger_scope_paused{fleet,domain}          gauge  (1/0) and for how long, and its
     work_ledger_scope_paused_seconds{fleet,domain}  gauge  ready units
     work_ledger_scope_ready_units{fleet,domain}     gauge
+    work_ledger_open_units{domain}           gauge    units not done or abandoned (v_forecast;
+                                             domain "(all)": every domain)
+    work_ledger_forecast_days{domain,quantile}  gauge  days until the open units are done at
+                                             the last 28 days' pace: quantile "0.5" (P50)
+                                             and "0.85" (P85); absent without the history
 
 These describe the ledger, not this process: every replica reports the same values
 (aggregate them with max, not sum), and they survive restarts.
@@ -111,6 +116,7 @@ class _ViewCollector(Collector):
         yield from _waiting_families(snapshot)
         yield from _budget_families(snapshot)
         yield from _control_families(snapshot)
+        yield from _forecast_families(snapshot)
 
     @staticmethod
     def _by_group(name: str, documentation: str, values: dict[str, int]) -> GaugeMetricFamily:
@@ -200,6 +206,28 @@ def _control_families(snapshot: GaugeSnapshot) -> Iterator[Metric]:
             if sample is not None:
                 family.add_metric([fleet, domain], int(sample))
         yield family
+
+
+def _forecast_families(snapshot: GaugeSnapshot) -> Iterator[Metric]:
+    opened = GaugeMetricFamily(
+        "work_ledger_open_units",
+        'Units not done or abandoned, per domain; "(all)": every domain (v_forecast).',
+        labels=["domain"],
+    )
+    days = GaugeMetricFamily(
+        "work_ledger_forecast_days",
+        "Days until the open units are done at the pace of the 28 UTC days before today "
+        '(v_forecast): quantile "0.5" is P50, "0.85" P85. No sample while the scope has '
+        "fewer than 7 days of history, or its percentile day disposed nothing.",
+        labels=["domain", "quantile"],
+    )
+    for domain, forecast in sorted(snapshot.forecast.items()):
+        opened.add_metric([domain], forecast.open_units)
+        for quantile, value in (("0.5", forecast.days_p50), ("0.85", forecast.days_p85)):
+            if value is not None:
+                days.add_metric([domain, quantile], value)
+    yield opened
+    yield days
 
 
 def _filled(family: Family, values: dict[str, int]) -> Family:

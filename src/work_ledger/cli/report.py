@@ -20,6 +20,7 @@ from rich.live import Live
 from rich.text import Text
 
 from work_ledger.cli.fit import render
+from work_ledger.cli.report_course import course_lines
 from work_ledger.cli.report_sections import sections, when
 from work_ledger.cli.typer_app import app, console, err_console, run_async
 from work_ledger.config import load_settings
@@ -34,13 +35,14 @@ from work_ledger.runtime import migrate_database
 def render_report(report: Report, *, top: int | None = 20, width: int | None = None) -> Group:
     """The report as rich renderables, one list per view, fitted to `width` columns."""
     fit = console.width if width is None else width
-    return Group(*(render(section, fit) for section in sections(report, top)))
+    opening = [Text(line, overflow="fold") for line in course_lines(report)]
+    return Group(*opening, Text(""), *(render(section, fit) for section in sections(report, top)))
 
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Decimal):
         return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, dt.datetime):
+    if isinstance(value, dt.date):  # datetimes too
         return value.isoformat()
     if isinstance(value, uuid.UUID):
         return str(value)

@@ -58,11 +58,21 @@ class ControlGauge:
 
 
 @dataclass(frozen=True, slots=True)
+class ForecastGauge:
+    """A scope's open units and the forecast's days (None: too little history)."""
+
+    open_units: int
+    days_p50: int | None
+    days_p85: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class GaugeSnapshot:
     """From one query: units by (domain, state), and by domain the stalled units, the
     attempts ever started (one per claim) and the attempts lost to a stale reclaim; by
     assignee group the open questions and the oldest open one's age in seconds; waiting
-    units by (domain, reason); each budget by (fleet, domain: "(all)" for the fleet's)."""
+    units by (domain, reason); each budget by (fleet, domain: "(all)" for the fleet's);
+    per domain and "(all)" the open units and the forecast's days (v_forecast)."""
 
     units: dict[tuple[str, str], int]
     stalled: dict[str, int]
@@ -73,6 +83,7 @@ class GaugeSnapshot:
     waiting: dict[tuple[str, str], Waiting]
     budgets: dict[tuple[str, str], BudgetGauge]
     controls: dict[tuple[str, str], ControlGauge]
+    forecast: dict[str, ForecastGauge]
 
     @property
     def domains(self) -> set[str]:
@@ -128,4 +139,12 @@ async def read_gauges(conn: Conn) -> GaugeSnapshot:
             )
             for c in _json(row["controls"])
         },
+        {
+            str(f["domain"]): ForecastGauge(int(f["open"]), _days(f["p50"]), _days(f["p85"]))
+            for f in _json(row["forecast"])
+        },
     )
+
+
+def _days(value: Any) -> int | None:
+    return None if value is None else int(value)

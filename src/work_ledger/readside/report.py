@@ -30,6 +30,10 @@ class Report:
     budgets: list[dict[str, Any]]
     cost_by_model: list[dict[str, Any]]
     controls: list[dict[str, Any]]
+    # The program's course (v_daily, v_forecast): the 28 UTC days before today and today,
+    # of the domain or '(all)'; and the forecast's row (its `today`: the UTC date).
+    course: list[dict[str, Any]]
+    forecast: dict[str, Any]
 
 
 async def read_report(
@@ -62,4 +66,6 @@ async def read_report(
             budgets=await rows("read_budgets"),
             cost_by_model=await rows("read_cost_by_model"),
             controls=await rows("read_controls"),
+            course=await rows("read_course_days"),
+            forecast=dict(await conn.fetchrow(QUERIES["read_forecast"], domain) or {}),
         )

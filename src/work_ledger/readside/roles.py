@@ -34,6 +34,8 @@ READ_VIEWS = (
     "v_open_questions",
     "v_held_back",
     "v_controls",
+    "v_daily",
+    "v_forecast",
 )
 SCRAM_ITERATIONS = 4096
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")

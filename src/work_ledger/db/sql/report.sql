@@ -151,8 +151,9 @@ ORDER BY sum(cost_cents) DESC, model NULLS LAST;
 -- open questions and the oldest one's age by assignee group (v_open_questions: an index,
 -- not v_question_wait's aggregate of every question), waiting units by domain and
 -- reason (a DEAD or DEFERRED prerequisite, an unfinished one, the attempt limit) with the
--- oldest one's wait, each budget's cap, spend and what remains, and each controlled
--- scope's live units, cap and pause (v_controls).
+-- oldest one's wait, each budget's cap, spend and what remains, each controlled scope's
+-- live units, cap and pause (v_controls), and per domain and '(all)' the open units and
+-- the forecast's days (v_forecast, 0023).
 SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
         FROM v_queue_depth AS q WHERE q.scope = 'domain') AS queue_depth,
        (SELECT coalesce(jsonb_object_agg(s.domain, s.stalled_units), '{}')
@@ -184,7 +185,11 @@ SELECT (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY q.domain), '[]')
                    'fleet', c.fleet, 'domain', coalesce(c.domain, '(all)'), 'live', c.live,
                    'cap', c.max_live, 'paused', c.paused, 'ready', c.ready,
                    'paused_seconds', floor(extract(epoch FROM now() - c.paused_since)))), '[]')
-        FROM v_controls AS c) AS controls;
+        FROM v_controls AS c) AS controls,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'domain', f.domain, 'open', f.open_units, 'p50', f.days_p50,
+                   'p85', f.days_p85)), '[]')
+        FROM v_forecast AS f) AS forecast;
 
 -- name: fold_read_summaries
 -- $1 the fewest change rows worth a fold (0: any). The change rows written since the last
@@ -195,3 +200,18 @@ SELECT wl_fold_read_summaries($1) AS folded;
 -- name: read_grant_reader
 -- $1 role name, $2 SCRAM-SHA-256 password verifier: the views the role may now read.
 SELECT wl_grant_reader($1, $2) AS views;
+
+-- name: read_course_days
+-- $1 domain or null ('(all)'). The program's course: the 28 UTC days before today, and
+-- today, from v_daily (a range of its kept days); days with nothing have no row.
+SELECT day, migrated, disposed, verified, split, failed, abandoned, superseded, cost_cents,
+       estimated_cents, agents, peak_live
+FROM v_daily
+WHERE domain = coalesce($1::text, '(all)') AND day >= (now() AT TIME ZONE 'UTC')::date - 28
+ORDER BY day;
+
+-- name: read_forecast
+-- $1 domain or null ('(all)'): the forecast's row, and today's UTC date.
+SELECT f.*, (now() AT TIME ZONE 'UTC')::date AS today
+FROM (SELECT (now() AT TIME ZONE 'UTC')::date AS today) AS t
+LEFT JOIN v_forecast AS f ON f.domain = coalesce($1::text, '(all)');
