@@ -50,7 +50,7 @@ def capture_server(out: Path, prefix: str) -> Iterator[str]:
     seen: list[int] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (the http.server's name)
+        def do_POST(self) -> None:
             body = read_body(self)
             seen.append(1)
             n = len(seen)
@@ -60,12 +60,14 @@ def capture_server(out: Path, prefix: str) -> Iterator[str]:
             json = "json" in (self.headers.get("Content-Type") or "")
             answer = b"{}" if json else b""
             self.send_response(200)
-            self.send_header("Content-Type", "application/json" if json else "application/x-protobuf")
+            self.send_header(
+                "Content-Type", "application/json" if json else "application/x-protobuf"
+            )
             self.send_header("Content-Length", str(len(answer)))
             self.end_headers()
             self.wfile.write(answer)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -40,6 +40,7 @@ from work_ledger.errors import (
 )
 from work_ledger.service.budgets import BudgetWrites
 from work_ledger.service.shape import ShapeWrites
+from work_ledger.service.telemetry import TelemetryWrites
 
 # The states start, verify and release leave (parameters of their statements, units.sql).
 _STARTABLE = [State.CLAIMED]
@@ -47,7 +48,7 @@ _VERIFIABLE = [State.IN_PROGRESS]
 _RELEASABLE = [State.CLAIMED, State.IN_PROGRESS]
 
 
-class Ledger(ShapeWrites, BudgetWrites):
+class Ledger(ShapeWrites, BudgetWrites, TelemetryWrites):
     """The ledger's use cases over a `Store`: the writes here, register, split and waive in
     `ShapeWrites`, budgets in `BudgetWrites`, the reads in `LedgerReads`."""
 
@@ -151,6 +152,8 @@ class Ledger(ShapeWrites, BudgetWrites):
         the attempt's and its unit's cost grow by its cents. Spent money is always
         recorded: against an ended attempt, and past a spent budget."""
         record = cost_cents if isinstance(cost_cents, CostRecord) else CostRecord(cost_cents)
+        if record.includes_telemetry:
+            return await self.record_result_cost(attempt_id, record, actor)
         check_cost_record(record)
         row = await self.store.fetchrow(
             "record_cost",
