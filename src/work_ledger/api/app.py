@@ -30,6 +30,7 @@ from work_ledger.api.routes import (
     claims,
     events,
     health,
+    otlp,
     projection,
     questions,
     shape,
@@ -191,7 +192,7 @@ def create_app(
     app.state.bootstrap = bootstrap
     problems.install(app)
     # events before units, whose /units/{unit} would otherwise take /units/{unit}/events.
-    routers = (health, events, claims, units, shape, attempts, questions, projection, budgets)
+    routers = (health, events, claims, units, shape, attempts, questions, projection, budgets, otlp)
     for module in routers:
         # The routes themselves, not `include_router`: FastAPI matches an included router's
         # routes through a wrapper of its own, twice per request, ~10 % of a write's CPU
