@@ -17,9 +17,12 @@ With `--subagent`, the main model's first answer is a tool_use of Claude Code's 
 with `"model": "haiku"`: the subagent's call then goes to a haiku model, and the result's
 `modelUsage` holds two models, as a real session that delegates does. With `--refuse
 STATUS` (say 401), every Messages call is answered with that status and the API's error
-object, as the real API answers a bad key.
+object, as the real API answers a bad key. With `--slow SECONDS` (and `--subagent`), the
+main model's answer after the subagent's waits SECONDS first: a session still running
+after two API calls spent money (tests/cli/test_claude_code_telemetry_live.py).
 Each request is logged as one JSON line to LOG (default stderr): method, path, model,
-stream, so what Claude Code asked for can be read afterwards. Not product code.
+stream and the time it arrived (`at`, Unix seconds), so what Claude Code asked for can be
+read afterwards. Not product code.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TextIO
@@ -166,6 +170,7 @@ class Handler(BaseHTTPRequestHandler):
     log: TextIO = sys.stderr
     subagent = False
     refuse: int | None = None
+    slow = 0.0
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -194,6 +199,7 @@ class Handler(BaseHTTPRequestHandler):
             "path": self.path,
             "model": body.get("model"),
             "stream": body.get("stream"),
+            "at": time.time(),
         }
         print(json.dumps(line), file=self.log, flush=True)
 
@@ -211,7 +217,10 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/v1/messages/count_tokens":
             self._json(200, {"input_tokens": 42})
         elif path == "/v1/messages" and body.get("stream"):
-            self._stream(model, self.subagent and _first_turn(body) and "haiku" not in model)
+            main = "haiku" not in model
+            if self.slow and main and not _first_turn(body):
+                time.sleep(self.slow)
+            self._stream(model, self.subagent and _first_turn(body) and main)
         elif path == "/v1/messages":
             self._json(200, message(model))
         else:
@@ -256,8 +265,10 @@ def main() -> None:
     parser.add_argument("--log", help="append one JSON line per request here (default stderr)")
     parser.add_argument("--subagent", action="store_true", help="delegate once to haiku")
     parser.add_argument("--refuse", type=int, help="answer every Messages call with this status")
+    parser.add_argument("--slow", type=float, default=0.0, help="delay the last answer (s)")
     args = parser.parse_args()
     Handler.refuse = args.refuse
+    Handler.slow = args.slow
     if args.log:
         Handler.log = open(args.log, "a", encoding="utf-8")  # noqa: SIM115  (open for the server's life)
     Handler.subagent = args.subagent
