@@ -81,7 +81,10 @@ def test_every_post_body_is_documented(app: Any) -> None:
             continue
         if path == "/otlp/v1/logs":
             # OpenTelemetry's message (protobuf or JSON), its records idempotent by identity.
-            assert set(post["requestBody"]["content"]) == {"application/x-protobuf", "application/json"}
+            assert set(post["requestBody"]["content"]) == {
+                "application/x-protobuf",
+                "application/json",
+            }
             continue
         ref = post["requestBody"]["content"]["application/json"]["schema"]["$ref"]
         assert ref.rsplit("/", 1)[1] in schema["components"]["schemas"], path

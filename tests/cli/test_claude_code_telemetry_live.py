@@ -3,8 +3,8 @@
 --slow: two API calls spend money, then the last answer waits).
 
 Runs only with WL_TEST_CLAUDE set to a Claude Code binary (.ci/run installs the pinned one):
-`npm install -g --prefix /tmp/claude-code @anthropic-ai/claude-code@2.1.197` and
-`WL_TEST_CLAUDE=/tmp/claude-code/bin/claude uv run pytest tests/cli/test_claude_code_telemetry_live.py`
+`npm install -g --prefix /tmp/claude-code @anthropic-ai/claude-code@2.1.197`, then
+`WL_TEST_CLAUDE=/tmp/claude-code/bin/claude uv run pytest tests/cli -k live`.
 """
 
 # ruff: noqa: F811  (a test taking the shared fixtures names them as parameters)
