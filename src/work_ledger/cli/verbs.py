@@ -43,6 +43,7 @@ CLIENT_VERBS = {
     "split": "shaping",
     "waive": "shaping",
     "budget": "budget",
+    "hook": "hooks",
 }
 HELP = "Show this message and exit."
 
