@@ -142,3 +142,51 @@ def test_a_sigkilled_session_leaves_its_spend_on_the_attempt(
     assert child.returncode == 128 + signal.SIGKILL, err
     (attempt,) = operator.get_unit("killed/1").attempts
     assert (attempt.outcome, attempt.cost_cents) == ("failed", 5)
+
+
+def test_three_agents_with_a_kill_count_no_cent_twice(
+    run_server: LedgerServer,
+    operator: Client,
+    tmp_path: Path,
+    claude_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three `run -- claude -p` agents at once, one SIGKILLed mid-session: each finished
+    attempt costs what its session spent (9 cents), the killed one what it spent before
+    the kill (5); the ledger's total is exactly their sum: 0 cents double-counted."""
+    assert CLAUDE is not None
+    fake = slow_fake(tmp_path, 8)
+    url, _ = next(fake)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
+    monkeypatch.setenv("OTEL_LOGS_EXPORT_INTERVAL", "1000")
+    refs = ["fleet/1", "fleet/2", "fleet/3"]
+    operator.register([{"external_ref": ref, "fleet": "f"} for ref in refs])
+    script = f'{CLAUDE} -p "say hi" --output-format json > "$WL_RESULT_FILE"'
+    agents = {}
+    for n, ref in enumerate(refs, 1):
+        # Three agents (sub-agents of one token: one holder each), each on its own unit.
+        monkeypatch.setenv("WL_AGENT", f"runner/{n}")
+        agents[ref] = launch(run_server, tmp_path, "--unit", ref, "--", "sh", "-c", script)
+    try:
+        _wait_for(operator, "fleet/2", {OPUS: 4, HAIKU: 1}, 60)
+        descendants = psutil.Process(agents["fleet/2"].pid).children(recursive=True)
+        (claude,) = [p for p in descendants if p.name() not in ("sh", "dash", "bash")]
+        claude.send_signal(signal.SIGKILL)
+        errors = {ref: child.communicate(timeout=120)[1] for ref, child in agents.items()}
+    finally:
+        for child in agents.values():
+            if child.poll() is None:
+                child.kill()
+        next(fake, None)
+    statuses = {ref: child.returncode for ref, child in agents.items()}
+    assert statuses == {"fleet/1": 0, "fleet/2": 128 + signal.SIGKILL, "fleet/3": 0}, errors
+    spent = {ref: operator.get_unit(ref).unit.cost_cents for ref in refs}
+    assert spent == {"fleet/1": 9, "fleet/2": 5, "fleet/3": 9}
+    recorded = sum(
+        e.cost_delta_cents or 0
+        for ref in refs
+        for e in operator.iter_events(ref)
+        if e.event_type == "cost_recorded"
+    )
+    print(f"3 agents, one killed: {recorded} cents recorded, {recorded - 23} double-counted")
+    assert recorded == 23
