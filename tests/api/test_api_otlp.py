@@ -139,7 +139,15 @@ async def test_records_without_an_attempt_are_dropped_in_json(
 
 @pytest.mark.parametrize(
     ("media", "body"),
-    [(PROTOBUF, b"\xff\xff\xff not protobuf"), (JSON, b"{not json"), (JSON, b"[1, 2]")],
+    [
+        (PROTOBUF, b"\xff\xff\xff not protobuf"),
+        (JSON, b"{not json"),
+        (JSON, b"[1, 2]"),
+        (JSON, b"\xff\xfe"),
+        (JSON, b"[" * 100_000),
+        (JSON, b'{"resourceLogs": "not a list"}'),
+        (PROTOBUF, b"\x0a" + b"\xff" * 10),
+    ],
 )
 async def test_a_malformed_body_is_400_and_records_nothing(
     api: Api, operator: httpx.AsyncClient, media: str, body: bytes

@@ -137,7 +137,7 @@ def _decoded(body: bytes, as_json: bool) -> ExportLogsServiceRequest:
             json_format.Parse(body, batch, ignore_unknown_fields=True)
         else:
             batch.ParseFromString(body)
-    except (json_format.ParseError, DecodeError, UnicodeDecodeError, ValueError) as exc:
+    except (json_format.ParseError, DecodeError, ValueError, RecursionError) as exc:
         kind = "JSON" if as_json else "protobuf"
         raise MalformedBody(
             f"the body is not an OTLP ExportLogsServiceRequest in {kind} ({str(exc)[:200]}); "
