@@ -155,7 +155,7 @@ def test_three_agents_with_a_kill_count_no_cent_twice(
     attempt costs what its session spent (9 cents), the killed one what it spent before
     the kill (5); the ledger's total is exactly their sum: 0 cents double-counted."""
     assert CLAUDE is not None
-    fake = slow_fake(tmp_path, 8)
+    fake = slow_fake(tmp_path, 30)  # the kill lands while fleet/2 still waits
     url, _ = next(fake)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
     monkeypatch.setenv("OTEL_LOGS_EXPORT_INTERVAL", "1000")
