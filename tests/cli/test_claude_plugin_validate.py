@@ -28,3 +28,28 @@ def test_claude_validates_the_plugin_and_its_marketplace(folder: str, tmp_path: 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Validation passed" in done.stdout
+
+
+def test_claude_installs_the_plugin_from_the_local_marketplace(tmp_path: Path) -> None:
+    """`claude plugin marketplace add ./integrations`, then `claude plugin install
+    work-ledger@work-ledger`: listed, enabled."""
+    assert CLAUDE is not None
+    env = {**os.environ, "HOME": str(tmp_path), "DISABLE_AUTOUPDATER": "1"}
+
+    def claude(*args: str) -> str:
+        done = subprocess.run(
+            [CLAUDE, "plugin", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    claude("marketplace", "add", str(INTEGRATIONS))
+    claude("install", "work-ledger@work-ledger")
+    listed = claude("list")
+    assert "work-ledger@work-ledger" in listed
+    assert "enabled" in listed
