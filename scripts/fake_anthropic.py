@@ -17,9 +17,14 @@ With `--subagent`, the main model's first answer is a tool_use of Claude Code's 
 with `"model": "haiku"`: the subagent's call then goes to a haiku model, and the result's
 `modelUsage` holds two models, as a real session that delegates does. With `--refuse
 STATUS` (say 401), every Messages call is answered with that status and the API's error
-object, as the real API answers a bad key.
+object, as the real API answers a bad key. With `--slow SECONDS` (and `--subagent`), the
+main model's answer after the subagent's waits SECONDS first: a session still running
+after two API calls spent money (tests/cli/test_claude_code_telemetry_live.py).
+With `--ledger`, the main model calls the work-ledger MCP tools Claude Code offers it, one
+per turn: `claim`, `verify` (an evidence link), `dispose` MIGRATED, then answers.
 Each request is logged as one JSON line to LOG (default stderr): method, path, model,
-stream, so what Claude Code asked for can be read afterwards. Not product code.
+stream and the time it arrived (`at`, Unix seconds), so what Claude Code asked for can be
+read afterwards. Not product code.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TextIO
@@ -106,16 +112,20 @@ def text_block(index: int) -> list[bytes]:
     return _block(index, {"type": "text", "text": ""}, "text_delta", "text", deltas)
 
 
-def tool_block(index: int, tool_id: str) -> list[bytes]:
-    block = {"type": "tool_use", "id": tool_id, "name": "Agent", "input": {}}
-    partial = json.dumps(AGENT_CALL)
+def tool_block(
+    index: int, tool_id: str, name: str = "Agent", call: dict[str, Any] = AGENT_CALL
+) -> list[bytes]:
+    block = {"type": "tool_use", "id": tool_id, "name": name, "input": {}}
+    partial = json.dumps(call)
     halves = [partial[: len(partial) // 2], partial[len(partial) // 2 :]]
     return _block(index, block, "input_json_delta", "partial_json", halves)
 
 
-def stream_events(model: str, call_agent: bool = False) -> list[bytes]:
-    """The events of one streamed answer (text, or a call of the Agent tool), as the
-    Messages API sends them."""
+def stream_events(
+    model: str, call_agent: bool = False, tool: tuple[str, dict[str, Any]] | None = None
+) -> list[bytes]:
+    """The events of one streamed answer (text, or a call of the Agent tool or of `tool`),
+    as the Messages API sends them."""
     usage = usage_for(model)
     start_usage = {**usage, "output_tokens": 1}
     message = {
@@ -128,7 +138,14 @@ def stream_events(model: str, call_agent: bool = False) -> list[bytes]:
         "stop_sequence": None,
         "usage": start_usage,
     }
-    blocks = tool_block(0, f"toolu_{uuid.uuid4().hex[:24]}") if call_agent else text_block(0)
+    tool_id = f"toolu_{uuid.uuid4().hex[:24]}"
+    if tool is not None:
+        blocks = tool_block(0, tool_id, *tool)
+    elif call_agent:
+        blocks = tool_block(0, tool_id)
+    else:
+        blocks = text_block(0)
+    calls = call_agent or tool is not None
     return [
         sse("message_start", {"type": "message_start", "message": message}),
         sse("ping", {"type": "ping"}),
@@ -138,7 +155,7 @@ def stream_events(model: str, call_agent: bool = False) -> list[bytes]:
             {
                 "type": "message_delta",
                 "delta": {
-                    "stop_reason": "tool_use" if call_agent else "end_turn",
+                    "stop_reason": "tool_use" if calls else "end_turn",
                     "stop_sequence": None,
                 },
                 "usage": {"output_tokens": usage["output_tokens"]},
@@ -166,6 +183,8 @@ class Handler(BaseHTTPRequestHandler):
     log: TextIO = sys.stderr
     subagent = False
     refuse: int | None = None
+    slow = 0.0
+    ledger = False
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -194,6 +213,10 @@ class Handler(BaseHTTPRequestHandler):
             "path": self.path,
             "model": body.get("model"),
             "stream": body.get("stream"),
+            "at": time.time(),
+            "tools": [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)],
+            # Whether the plugin's SessionStart hook briefed the session (its context).
+            "briefed": "work-ledger unit" in json.dumps(body.get("messages")),
         }
         print(json.dumps(line), file=self.log, flush=True)
 
@@ -211,20 +234,26 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/v1/messages/count_tokens":
             self._json(200, {"input_tokens": 42})
         elif path == "/v1/messages" and body.get("stream"):
-            self._stream(model, self.subagent and _first_turn(body) and "haiku" not in model)
+            main = "haiku" not in model
+            if self.slow and main and not _first_turn(body):
+                time.sleep(self.slow)
+            tool = _ledger_step(body) if self.ledger and main else None
+            self._stream(model, self.subagent and _first_turn(body) and main, tool)
         elif path == "/v1/messages":
             self._json(200, message(model))
         else:
             self._not_found()
 
-    def _stream(self, model: str, call_agent: bool) -> None:
+    def _stream(
+        self, model: str, call_agent: bool, tool: tuple[str, dict[str, Any]] | None = None
+    ) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
         self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
         self.send_header("connection", "close")
         self.end_headers()
-        for chunk in stream_events(model, call_agent):
+        for chunk in stream_events(model, call_agent, tool):
             self.wfile.write(chunk)
             self.wfile.flush()
         self.close_connection = True
@@ -237,6 +266,33 @@ class Handler(BaseHTTPRequestHandler):
     def _not_found(self) -> None:
         error = {"type": "not_found_error", "message": f"{self.path} is not faked here"}
         self._json(404, {"type": "error", "error": error})
+
+
+# --ledger: a unit's life through the work-ledger MCP tools, one call per turn.
+LEDGER_STEPS = (
+    ("__claim", {}),
+    ("__verify", {"evidence_url": "https://ci.example/runs/1"}),
+    ("__dispose", {"disposition": "MIGRATED"}),
+)
+
+
+def _ledger_step(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The next work-ledger tool to call (by the tool results so far), if offered."""
+    done = sum(
+        1
+        for turn in body.get("messages") or []
+        if isinstance(turn, dict) and isinstance(turn.get("content"), list)
+        for b in turn["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    )
+    if done >= len(LEDGER_STEPS):
+        return None
+    suffix, call = LEDGER_STEPS[done]
+    names = [str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict)]
+    found = [
+        n for n in names if n.startswith("mcp__") and "work-ledger" in n and n.endswith(suffix)
+    ]
+    return (found[0], call) if found else None
 
 
 def _first_turn(body: dict[str, Any]) -> bool:
@@ -256,8 +312,12 @@ def main() -> None:
     parser.add_argument("--log", help="append one JSON line per request here (default stderr)")
     parser.add_argument("--subagent", action="store_true", help="delegate once to haiku")
     parser.add_argument("--refuse", type=int, help="answer every Messages call with this status")
+    parser.add_argument("--slow", type=float, default=0.0, help="delay the last answer (s)")
+    parser.add_argument("--ledger", action="store_true", help="claim, verify, dispose by MCP")
     args = parser.parse_args()
+    Handler.ledger = args.ledger
     Handler.refuse = args.refuse
+    Handler.slow = args.slow
     if args.log:
         Handler.log = open(args.log, "a", encoding="utf-8")  # noqa: SIM115  (open for the server's life)
     Handler.subagent = args.subagent

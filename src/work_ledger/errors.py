@@ -156,6 +156,14 @@ class ExternalRefTaken(InvariantViolation):
     title = "The external_ref is already registered"
 
 
+class MalformedBody(WorkLedgerError):
+    """A body that cannot be decoded at all (OTLP/HTTP answers 400 for it, §13)."""
+
+    code = "malformed_body"
+    status = 400
+    title = "Malformed request body"
+
+
 class PayloadTooLarge(WorkLedgerError):
     code = "payload_too_large"
     status = 413

@@ -14,8 +14,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "claude_code"
 OPUS, HAIKU = "claude-opus-4-8[1m]", "claude-haiku-4-5-20251001"
 # subagent.json: the main model, then the haiku subagent it delegated to.
 TWO_MODELS = [
-    CostRecord(8, OPUS, 8, 24, 24576, 10240, estimated=True),
-    CostRecord(1, HAIKU, 412, 9, 0, 0, estimated=True),
+    CostRecord(8, OPUS, 8, 24, 24576, 10240, estimated=True, includes_telemetry=True),
+    CostRecord(1, HAIKU, 412, 9, 0, 0, estimated=True, includes_telemetry=True),
 ]
 
 
@@ -30,7 +30,9 @@ def test_claude_result_is_one_estimated_record_of_its_model(tmp_path: Path) -> N
     named `claude-opus-4-8[1m]`): one record, its four token classes, cents rounded up
     from costUSD 0.038464, estimated; no evidence, no error."""
     result = read_result(fixture("result.json", tmp_path))
-    assert result.costs == [CostRecord(4, OPUS, 4, 12, 12288, 5120, estimated=True)]
+    assert result.costs == [
+        CostRecord(4, OPUS, 4, 12, 12288, 5120, estimated=True, includes_telemetry=True)
+    ]
     assert (result.evidence_url, result.error) == (None, None)
 
 
@@ -45,8 +47,8 @@ def test_claude_error_result_records_its_money_and_names_its_error(tmp_path: Pat
     paid for: both records, and the error for the release's reason."""
     result = read_result(fixture("max_turns.json", tmp_path))
     assert result.costs == [
-        CostRecord(4, OPUS, 4, 12, 12288, 5120, estimated=True),
-        CostRecord(1, HAIKU, 412, 9, 0, 0, estimated=True),
+        CostRecord(4, OPUS, 4, 12, 12288, 5120, estimated=True, includes_telemetry=True),
+        CostRecord(1, HAIKU, 412, 9, 0, 0, estimated=True, includes_telemetry=True),
     ]
     assert result.error == "Claude Code error_max_turns: Reached maximum number of turns (1)"
 
@@ -86,7 +88,9 @@ def test_total_cost_is_used_only_without_model_usage() -> None:
         "total_cost_usd": 9.99,
         "modelUsage": {"m": {"inputTokens": 5, "costUSD": 0.01}},
     }
-    assert claude_costs(both) == [CostRecord(1, "m", input_tokens=5, estimated=True)]
+    assert claude_costs(both) == [
+        CostRecord(1, "m", input_tokens=5, estimated=True, includes_telemetry=True)
+    ]
 
 
 def test_cents_round_up_in_decimal_not_float(tmp_path: Path) -> None:
@@ -107,7 +111,9 @@ def test_empty_and_bad_model_entries_are_left_out(tmp_path: Path) -> None:
         "kept": {"inputTokens": -1, "outputTokens": 4, "costUSD": 0},
     }
     data = {"type": "result", "total_cost_usd": 1, "modelUsage": usage}
-    assert claude_costs(data) == [CostRecord(0, "kept", output_tokens=4, estimated=True)]
+    assert claude_costs(data) == [
+        CostRecord(0, "kept", output_tokens=4, estimated=True, includes_telemetry=True)
+    ]
 
 
 def test_own_result_object_still_reads(tmp_path: Path) -> None:

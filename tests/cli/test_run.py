@@ -173,10 +173,14 @@ def test_run_nothing_to_claim_exits_3(run_server: LedgerServer, tmp_path: Path) 
 def test_run_lost_claim_stops_command(
     run_server: LedgerServer, operator: Client, tmp_path: Path
 ) -> None:
-    """`run` stalls past its lease and a rival reclaims: CMD is terminated, exit 4."""
+    """`run` stalls past its lease and a rival reclaims: CMD gets SIGINT (Claude Code then
+    flushes its telemetry; SIGTERM would end it at once), exit 4."""
     operator.register([{"external_ref": "u1", "fleet": "f"}])
-    started = tmp_path / "started"
-    script = f"touch {started}; while true; do sleep 0.1; done"
+    started, interrupted = tmp_path / "started", tmp_path / "interrupted"
+    script = (
+        f"trap 'echo INT > {interrupted}; exit 130' INT; trap 'echo TERM > {interrupted}' TERM; "
+        f"touch {started}; while true; do sleep 0.1; done"
+    )
     child = launch(run_server, tmp_path, "--lease", "1", "--", "sh", "-c", script)
     deadline = time.monotonic() + 30
     while not started.exists() and time.monotonic() < deadline:
@@ -191,6 +195,7 @@ def test_run_lost_claim_stops_command(
     _, err = child.communicate(timeout=30)
     assert child.returncode == 4, err
     assert "attempt_superseded" in err
+    assert interrupted.read_text() == "INT\n"
     detail = operator.get_unit("u1")
     assert (detail.unit.claimed_by, [a.outcome for a in detail.attempts]) == (
         "rival",

@@ -15,7 +15,8 @@ from work_ledger.client import Client, ModelCost
 
 # Real Claude Code output (2.1.197, scripts/claude_fixtures.py; see the folder's README).
 FIXTURES = Path(__file__).parent / "fixtures" / "claude_code"
-OPUS, HAIKU = "claude-opus-4-8[1m]", "claude-haiku-4-5-20251001"
+# The result names `claude-opus-4-8[1m]`; the ledger keeps telemetry's name for it (§13).
+OPUS, HAIKU = "claude-opus-4-8", "claude-haiku-4-5-20251001"
 
 
 def test_run_records_claude_codes_result_per_model_and_names_the_attempt_to_otel(
@@ -42,7 +43,7 @@ def test_run_records_claude_codes_result_per_model_and_names_the_attempt_to_otel
         ModelCost(HAIKU, 1, 1, 412, 9, 0, 0),
         ModelCost(OPUS, 8, 8, 8, 24, 24576, 10240),
     ]
-    expected = f"service.name=claude-code,wl.unit={detail.unit.id},wl.attempt={attempt.id}"
+    expected = f"service.name=claude-code,wl.unit_id={detail.unit.id},wl.attempt_id={attempt.id}"
     assert seen.read_text() == expected
 
 
@@ -85,4 +86,78 @@ def test_run_sets_otel_attributes_when_none_were_set(
     )
     assert status == 0, err
     detail = operator.get_unit("u1")
-    assert seen.read_text() == f"wl.unit={detail.unit.id},wl.attempt={detail.attempts[0].id}"
+    ours = f"wl.unit_id={detail.unit.id},wl.attempt_id={detail.attempts[0].id}"
+    assert seen.read_text() == ours
+
+
+# What the stand-in command does in place of Claude Code: export the captured telemetry batch
+# (scripts/claude_otlp_fixtures.py) to where `run` pointed the logs exporter, with its
+# header, naming the attempt `run` gave it, as the real one does.
+EXPORT = """
+import os, sys, urllib.request
+body = open(sys.argv[1], "rb").read().replace(
+    b"0b7c0d6e-5f3a-4c1e-9d2b-7a6f5e4d3c2b", os.environ["WL_ATTEMPT_ID"].encode())
+name, _, value = os.environ["OTEL_EXPORTER_OTLP_LOGS_HEADERS"].partition("=")
+request = urllib.request.Request(
+    os.environ["OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"], data=body, method="POST",
+    headers={name: value, "Content-Type": "application/x-protobuf"})
+assert urllib.request.urlopen(request).status == 200
+"""
+OTLP = Path(__file__).parent / "fixtures" / "claude_otlp"
+
+
+@pytest.mark.parametrize("telemetry", [True, False])
+def test_run_records_the_result_only_above_telemetry(
+    run_server: LedgerServer,
+    operator: Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    telemetry: bool,
+) -> None:
+    """The command exports its telemetry (9 cents over 3 calls) then writes the same
+    session's result: the attempt costs 9 cents, not 18; without telemetry (WL_RUN_TELEMETRY=0
+    leaves the exporter unset) the result alone records the same 9."""
+    import shlex
+    import sys
+
+    operator.register([{"external_ref": "orders/44", "fleet": "f"}])
+    monkeypatch.setenv("WL_RUN_TELEMETRY", "1" if telemetry else "0")
+    export = tmp_path / "export.py"
+    export.write_text(EXPORT)
+    body, result = OTLP / "http-protobuf-1.body", OTLP / "http-protobuf-result.json"
+    python = shlex.quote(sys.executable)
+    script = f'cat {result} > "$WL_RESULT_FILE"'
+    if telemetry:
+        script = f"{python} {export} {body} && {script}"
+    else:
+        script = f'test -z "$OTEL_EXPORTER_OTLP_LOGS_ENDPOINT" && {script}'
+    status, err = run(run_server, tmp_path, "--", "sh", "-c", script)
+    assert status == 0, err
+    (attempt,) = operator.get_unit("orders/44").attempts
+    assert attempt.cost_cents == 9
+    assert sorted(attempt.cost_by_model, key=lambda m: m.cost_cents) == [
+        ModelCost(HAIKU, 1, 1, 412, 9, 0, 0),
+        ModelCost(OPUS, 8, 8, 8, 24, 24576, 10240),
+    ]
+    records = [e for e in operator.iter_events("orders/44") if e.event_type == "cost_recorded"]
+    sources = {e.detail.get("source") for e in records}
+    assert sources == ({"telemetry"} if telemetry else {"result"})
+
+
+def test_run_points_the_logs_exporter_at_the_ledger(
+    run_server: LedgerServer, operator: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command's environment turns Claude Code's telemetry on, at $WL_URL/otlp/v1/logs
+    with the agent's token; an export interval already set is kept."""
+    operator.register([{"external_ref": "u1", "fleet": "f"}])
+    monkeypatch.setenv("OTEL_LOGS_EXPORT_INTERVAL", "2000")
+    seen = tmp_path / "env.txt"
+    status, err = run(run_server, tmp_path, "--", "sh", "-c", f"env > {seen}")
+    assert status == 0, err
+    env = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
+    assert env["CLAUDE_CODE_ENABLE_TELEMETRY"] == "1"
+    assert env["OTEL_LOGS_EXPORTER"] == "otlp"
+    assert env["OTEL_EXPORTER_OTLP_LOGS_PROTOCOL"] == "http/protobuf"
+    assert env["OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"] == f"{run_server.url}/otlp/v1/logs"
+    assert env["OTEL_EXPORTER_OTLP_LOGS_HEADERS"] == f"Authorization=Bearer {env['WL_TOKEN']}"
+    assert env["OTEL_LOGS_EXPORT_INTERVAL"] == "2000"

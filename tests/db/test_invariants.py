@@ -478,7 +478,7 @@ async def test_raw_sql_refuses_truncating_units(raw: asyncpg.Connection, units: 
     with pytest.raises(asyncpg.CheckViolationError) as refused:
         await raw.execute(
             "TRUNCATE work_units, work_unit_attempts, blocking_questions, work_unit_events,"
-            " unit_requirements, cost_records"
+            " unit_requirements, cost_records, telemetry_records, attempt_model_spend"
         )
     assert refused.value.constraint_name in {
         "requirements_never_deleted",
@@ -487,5 +487,6 @@ async def test_raw_sql_refuses_truncating_units(raw: asyncpg.Connection, units: 
         "attempts_never_deleted",
         "questions_never_deleted",
         "events_append_only",
+        "telemetry_records_append_only",
     }
     assert await raw.fetchval("SELECT count(*) FROM work_units") == count >= 1

@@ -32,6 +32,7 @@ from work_ledger.api.routes import (
     controls,
     events,
     health,
+    otlp,
     projection,
     questions,
     shape,
@@ -214,6 +215,7 @@ def create_app(
         projection,
         budgets,
         controls,
+        otlp,
     )
     for module in routers:
         # The routes themselves, not `include_router`: FastAPI matches an included router's

@@ -263,6 +263,12 @@ class LedgerMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.otlp_dropped = Counter(
+            "work_ledger_otlp_records_dropped",
+            "Claude Code api_request records sent to /otlp/v1/logs that did not count: no or "
+            "an unknown wl.attempt_id, another agent's attempt, or no usable figures.",
+            registry=self.registry,
+        )
         self.read_errors = Counter(
             "work_ledger_read_errors",
             "Scrapes whose query of the views failed; the previous values were served.",

@@ -195,7 +195,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http_error)
 
 
-def _problem_content(description: str) -> dict[str, Any]:
+def problem_content(description: str) -> dict[str, Any]:
     return {
         "description": description,
         "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
@@ -203,24 +203,24 @@ def _problem_content(description: str) -> dict[str, Any]:
 
 
 UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
-    401: _problem_content("Missing, unknown or revoked token"),
-    429: _problem_content("Too many failed authentications from this client (Retry-After)"),
+    401: problem_content("Missing, unknown or revoked token"),
+    429: problem_content("Too many failed authentications from this client (Retry-After)"),
 }
 FORBIDDEN: dict[int | str, dict[str, Any]] = {
-    403: _problem_content("The token's role, or the unit's holder, forbids this")
+    403: problem_content("The token's role, or the unit's holder, forbids this")
 }
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: _problem_content("Unknown unit, attempt or question")
+    404: problem_content("Unknown unit, attempt or question")
 }
 CONFLICT: dict[int | str, dict[str, Any]] = {
-    409: _problem_content("A ledger invariant refused it (names `invariant`)")
+    409: problem_content("A ledger invariant refused it (names `invariant`)")
 }
-TOO_LARGE: dict[int | str, dict[str, Any]] = {413: _problem_content("Request body over 1 MiB")}
+TOO_LARGE: dict[int | str, dict[str, Any]] = {413: problem_content("Request body over 1 MiB")}
 INVALID: dict[int | str, dict[str, Any]] = {
-    422: _problem_content("Malformed input, or Idempotency-Key reused")
+    422: problem_content("Malformed input, or Idempotency-Key reused")
 }
 UNAVAILABLE: dict[int | str, dict[str, Any]] = {
-    503: _problem_content("The database cannot be reached")
+    503: problem_content("The database cannot be reached")
 }
 
 READ_RESPONSES: dict[int | str, dict[str, Any]] = {

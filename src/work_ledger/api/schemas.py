@@ -170,6 +170,15 @@ class CostIn(Body):
     estimated: Annotated[
         bool, StrictMark(), Field(description="The cents are a list-price estimate, not a bill.")
     ] = False
+    includes_telemetry: Annotated[
+        bool,
+        StrictMark(),
+        Field(
+            description="The figures are a session's totals for `model` (Claude Code's "
+            "result) that include what its telemetry already reported: only what they add "
+            "above it is recorded. Needs `model`."
+        ),
+    ] = False
 
 
 class DisposeIn(Body):

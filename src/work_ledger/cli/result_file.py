@@ -143,7 +143,10 @@ def _model_record(model: str, entry: Any) -> CostRecord | None:
             continue
         tokens[ours] = value
     cents = _cents(entry.get("costUSD"), f"modelUsage[{model!r}].costUSD")
-    return CostRecord(cents or 0, model=model[:128], estimated=True, **tokens)
+    # The session's totals: telemetry may already have recorded part of them (§13).
+    return CostRecord(
+        cents or 0, model=model[:128], estimated=True, includes_telemetry=True, **tokens
+    )
 
 
 def _cents(usd: Any, name: str) -> int | None:

@@ -5,8 +5,13 @@ CMD sees the unit in its environment:
     WL_UNIT_ID      the unit's id            WL_UNIT_REF     its external_ref
     WL_ATTEMPT_ID   the live attempt's id    WL_RESULT_FILE  where CMD may write its result
     WL_URL, WL_TOKEN                          so CMD can call the agent verbs itself
-    OTEL_RESOURCE_ATTRIBUTES  wl.unit=ID,wl.attempt=ID appended to any it had, so Claude
-                              Code's OpenTelemetry cost metrics join the ledger's attempts
+    OTEL_RESOURCE_ATTRIBUTES  wl.unit_id=ID,wl.attempt_id=ID appended to any it had
+    CLAUDE_CODE_ENABLE_TELEMETRY=1, OTEL_LOGS_EXPORTER=otlp and the logs exporter's
+    protocol, endpoint ($WL_URL/otlp/v1/logs) and Authorization header (the agent's token):
+                              Claude Code sends each API call's cost to the ledger as it
+                              spends it (DESIGN §13), so a SIGKILLed agent's money is there
+                              up to its last call. OTEL_LOGS_EXPORT_INTERVAL stays as set,
+                              else 5000 ms. WL_RUN_TELEMETRY=0 leaves all of these unset.
 
 WL_TOKEN is the agent's own token (`run` never falls back to the operator's), and CMD does
 not inherit WL_HOME, WL_SECRET, database URLs or passwords.
@@ -18,8 +23,10 @@ error result's money too, its error named in the release's reason (`cli/result_f
 When CMD ends, the cost (if any) is recorded; then exit status 0 verifies the unit with the
 evidence link (or leaves it in_progress when there is none) and a non-zero status releases
 it with outcome `failed`. SIGINT and SIGTERM are forwarded to CMD. If the claim is lost
-meanwhile (another agent reclaimed the unit), CMD gets SIGTERM and `run` exits 4. If `run`
-itself dies, its heartbeats stop and the lease simply lapses.
+meanwhile (another agent reclaimed the unit), CMD gets SIGINT (Claude Code ends its turn
+and flushes its telemetry on SIGINT; on SIGTERM it exits 143 at once), SIGTERM if it is
+still running STOP_GRACE seconds later, and `run` exits 4. If `run` itself dies, its
+heartbeats stop and the lease simply lapses.
 """
 
 from __future__ import annotations
@@ -49,6 +56,8 @@ from work_ledger.client import Work
 from work_ledger.errors import WorkLedgerError
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
+STOP_GRACE = 10.0
+EXPORT_INTERVAL_MS = "5000"
 
 
 # What could do more than the agent's own token: the operator token's folder, the token
@@ -76,19 +85,34 @@ def _environment(work: Work, result_file: Path) -> dict[str, str]:
         WL_TOKEN=token,
         OTEL_RESOURCE_ATTRIBUTES=_otel_attributes(work, env.get("OTEL_RESOURCE_ATTRIBUTES")),
     )
+    if env.get("WL_RUN_TELEMETRY", "1") != "0":
+        env.update(_telemetry(url, token))
+        env.setdefault("OTEL_LOGS_EXPORT_INTERVAL", EXPORT_INTERVAL_MS)
     return env
+
+
+def _telemetry(url: str, token: str) -> dict[str, str]:
+    """Claude Code's logs exporter pointed at the ledger. The logs-only variables, so an
+    exporter of metrics or traces the operator set up keeps its own endpoint."""
+    return {
+        "CLAUDE_CODE_ENABLE_TELEMETRY": "1",
+        "OTEL_LOGS_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": f"{url.rstrip('/')}/otlp/v1/logs",
+        "OTEL_EXPORTER_OTLP_LOGS_HEADERS": f"Authorization=Bearer {token}",
+    }
 
 
 def _otel_attributes(work: Work, existing: str | None) -> str:
     """CMD's OpenTelemetry resource attributes: the unit and attempt, after any it had, so
-    Claude Code's own cost metrics can be joined to the ledger's attempts."""
-    ours = f"wl.unit={work.unit.id},wl.attempt={work.attempt.id}"
+    Claude Code's telemetry names the attempt its spend belongs to."""
+    ours = f"wl.unit_id={work.unit.id},wl.attempt_id={work.attempt.id}"
     kept = (existing or "").strip().strip(",")
     return f"{kept},{ours}" if kept else ours
 
 
 def _run_command(command: list[str], env: dict[str, str], work: Work) -> int:
-    """Run CMD to its end, forwarding signals; a lost claim terminates it."""
+    """Run CMD to its end, forwarding signals; a lost claim interrupts it."""
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as exc:
@@ -101,6 +125,10 @@ def _run_command(command: list[str], env: dict[str, str], work: Work) -> int:
         if child.poll() is None:
             child.send_signal(signum)
 
+    def stop() -> None:
+        if child.poll() is None:
+            child.terminate()
+
     def lost(exc: WorkLedgerError) -> None:
         from rich.markup import escape
 
@@ -108,7 +136,11 @@ def _run_command(command: list[str], env: dict[str, str], work: Work) -> int:
             f"[red]{exc.code}[/red]: {escape(exc.detail)}", highlight=False, soft_wrap=True
         )
         if child.poll() is None:
-            child.terminate()
+            child.send_signal(signal.SIGINT)
+            # A command that ignores SIGINT is terminated after a grace period.
+            stopper = threading.Timer(STOP_GRACE, stop)
+            stopper.daemon = True
+            stopper.start()
 
     work.on_lost = lost
     on_main = threading.current_thread() is threading.main_thread()

@@ -45,6 +45,7 @@ CLIENT_VERBS = {
     "budget": "budget",
     "bulk": "bulk",
     **dict.fromkeys(("cap", "pause", "resume", "controls"), "flow"),
+    "hook": "hooks",
 }
 HELP = "Show this message and exit."
 

@@ -70,6 +70,9 @@ class CostRecord:
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     estimated: bool = False
+    # The session's totals for the model, spend its telemetry already reported included
+    # (Claude Code's result): the ledger records only what they add above it (DESIGN §13).
+    includes_telemetry: bool = False
 
     @property
     def empty(self) -> bool:
@@ -88,4 +91,6 @@ class CostRecord:
         # cents alone reads as before DESIGN §12.
         if not self.estimated:
             body.pop("estimated")
+        if not self.includes_telemetry:
+            body.pop("includes_telemetry")
         return body

@@ -50,6 +50,9 @@ class CostRecord:
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     estimated: bool = False
+    # A session's totals for its model that include what telemetry reported (DESIGN §13):
+    # only what they add above it is recorded.
+    includes_telemetry: bool = False
 
 
 def requirements(edges: Sequence[tuple[str, Sequence[str]]]) -> Requirements:

@@ -42,6 +42,7 @@ from work_ledger.service.budgets import BudgetWrites
 from work_ledger.service.bulk import BulkWrites
 from work_ledger.service.controls import ControlWrites
 from work_ledger.service.shape import ShapeWrites
+from work_ledger.service.telemetry import TelemetryWrites
 
 # The states start, verify and release leave (parameters of their statements, units.sql).
 _STARTABLE = [State.CLAIMED]
@@ -54,10 +55,11 @@ _LOST_TO_A_CONTROL = frozenset({"scope_paused", "scope_cap_reached", "exclusive_
 CONTROL_TRIES = 8
 
 
-class Ledger(ShapeWrites, BudgetWrites, BulkWrites, ControlWrites):
+class Ledger(ShapeWrites, BudgetWrites, BulkWrites, ControlWrites, TelemetryWrites):
     """The ledger's use cases over a `Store`: the writes here, register, split and waive in
     `ShapeWrites`, budgets in `BudgetWrites`, bulk dispose and release in `BulkWrites`, flow
-    controls in `ControlWrites`, the reads in `LedgerReads`."""
+    controls in `ControlWrites`, Claude Code's telemetry in `TelemetryWrites`, the reads in
+    `LedgerReads`."""
 
     def __init__(
         self,
@@ -170,6 +172,8 @@ class Ledger(ShapeWrites, BudgetWrites, BulkWrites, ControlWrites):
         the attempt's and its unit's cost grow by its cents. Spent money is always
         recorded: against an ended attempt, and past a spent budget."""
         record = cost_cents if isinstance(cost_cents, CostRecord) else CostRecord(cost_cents)
+        if record.includes_telemetry:
+            return await self.record_result_cost(attempt_id, record, actor)
         check_cost_record(record)
         row = await self.store.fetchrow(
             "record_cost",
