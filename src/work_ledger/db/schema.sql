@@ -99,6 +99,51 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- function: wl_admit_unit()
+-- (from 0022_steer_the_fleet:)
+-- Admission to a scope: paused refuses it, a cap refuses the one past max_live. A stale
+-- reclaim (a new holder replacing a lapsed one) changes no count: only a pause refuses it.
+-- Unblocking (blocked -> in_progress) is held work going on and is not checked.
+CREATE FUNCTION wl_admit_unit() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    c controls;
+    live bigint;
+    admission boolean := TG_OP = 'INSERT'
+                         OR OLD.state NOT IN ('claimed', 'in_progress', 'blocked');
+BEGIN
+    FOR c IN
+        SELECT * FROM controls
+        WHERE fleet = NEW.fleet AND (domain IS NULL OR domain = NEW.domain)
+        ORDER BY domain NULLS FIRST
+        FOR NO KEY UPDATE
+    LOOP
+        IF c.paused THEN
+            RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = 'scope_paused',
+                MESSAGE = format('fleet %s%s is paused (%s): no new claims in it',
+                                 c.fleet, coalesce(' domain ' || c.domain, ''),
+                                 coalesce(c.pause_reason, 'no reason given')),
+                HINT = 'do not retry: an operator resumes the scope with POST /controls';
+        END IF;
+        IF admission AND c.max_live IS NOT NULL THEN
+            -- A new snapshot: every admission that held this row before us is counted.
+            SELECT count(*) INTO live FROM work_units AS u
+            WHERE u.state IN ('claimed', 'in_progress') AND u.fleet = c.fleet
+              AND (c.domain IS NULL OR u.domain = c.domain);
+            IF live + 1 > c.max_live THEN
+                RAISE EXCEPTION USING ERRCODE = 'check_violation',
+                    CONSTRAINT = 'scope_cap_reached',
+                    MESSAGE = format('fleet %s%s has %s live units, its cap is %s',
+                                     c.fleet, coalesce(' domain ' || c.domain, ''),
+                                     live, c.max_live),
+                    HINT = 'claim a unit of another scope, or wait for a live unit to end';
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN NEW;
+END $$;
+
 -- function: wl_is_evidence_link(text)
 -- (from 0001_create_ledger:)
 -- Evidence is a link to where the proof lives, never the proof itself.
@@ -301,6 +346,132 @@ BEGIN
 END
 $$;
 
+-- ===== Tables, sequences and views =====
+
+-- table: controls
+CREATE TABLE controls (
+    fleet text NOT NULL,
+    domain text,
+    max_live integer,
+    paused boolean DEFAULT false NOT NULL,
+    paused_since timestamp with time zone,
+    pause_reason text,
+    gate jsonb,
+    reason text NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_by text NOT NULL,
+    cap_changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT controls_domain_bounded CHECK (((length(domain) >= 1) AND (length(domain) <= 256))),
+    CONSTRAINT controls_fleet_bounded CHECK (((length(fleet) >= 1) AND (length(fleet) <= 256))),
+    CONSTRAINT controls_gate_shape CHECK (((gate IS NULL) OR ((jsonb_typeof((gate -> 'max_failed_share'::text)) = 'number'::text) AND ((((gate ->> 'max_failed_share'::text))::numeric >= (0)::numeric) AND (((gate ->> 'max_failed_share'::text))::numeric <= (1)::numeric)) AND (jsonb_typeof((gate -> 'last_attempts'::text)) = 'number'::text) AND ((((gate ->> 'last_attempts'::text))::numeric >= (1)::numeric) AND (((gate ->> 'last_attempts'::text))::numeric <= (10000)::numeric))))),
+    CONSTRAINT controls_max_live_bounded CHECK (((max_live >= 0) AND (max_live <= 100000))),
+    CONSTRAINT controls_pause_reason CHECK ((paused OR (pause_reason IS NULL))),
+    CONSTRAINT controls_paused_since CHECK ((paused = (paused_since IS NOT NULL)))
+);
+
+-- comment: TABLE controls
+COMMENT ON TABLE controls IS 'The flow controls of a fleet (domain null) or of one domain of it: a cap on live units, a pause, a ramp gate (DESIGN §13). Read by every admission in the scope (wl_admit_unit).';
+
+-- ===== Functions =====
+
+-- function: wl_closed_controls(text, text)
+-- (from 0022_steer_the_fleet:)
+-- Which scopes over a unit of this fleet and domain refuse an admission now, from the
+-- caller's snapshot: paused, or live at (or above) the cap. Inlined where it is called in
+-- FROM, as wl_spent_budgets (0020). The count reads the live units' partial index.
+CREATE FUNCTION wl_closed_controls(fleet text, domain text) RETURNS SETOF controls
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT c.* FROM controls AS c
+    WHERE c.fleet = wl_closed_controls.fleet
+      AND (c.domain IS NULL OR c.domain = wl_closed_controls.domain)
+      AND (c.paused OR c.max_live <= (
+          SELECT count(*) FROM work_units AS u
+          WHERE u.state IN ('claimed', 'in_progress') AND u.fleet = c.fleet
+            AND (c.domain IS NULL OR u.domain = c.domain)))
+$$;
+
+-- function: wl_daily_drift()
+CREATE FUNCTION wl_daily_drift() RETURNS TABLE(summary text, key text, kept text, actual text)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH kept AS (
+        SELECT day, domain,
+               ARRAY[sum(migrated), sum(dropped), sum(deferred), sum(dead), sum(verified),
+                     sum(split), sum(failed), sum(abandoned), sum(superseded), sum(cost_cents),
+                     sum(estimated_cents), sum(agents)]::bigint[] AS sums
+        FROM wl_daily_tallies_now GROUP BY day, domain
+    ), actual AS (
+        SELECT day, domain,
+               ARRAY[migrated, dropped, deferred, dead, verified, split, failed, abandoned,
+                     superseded, cost_cents, estimated_cents, agents] AS sums
+        FROM wl_daily_scan()
+    )
+    SELECT 'wl_daily_tallies', format('%s/%s', coalesce(k.day, a.day), coalesce(k.domain, a.domain)),
+           k.sums::text, a.sums::text
+    FROM kept AS k FULL JOIN actual AS a ON (a.day, a.domain) = (k.day, k.domain)
+    -- A day whose kept figures are all 0 (only a peak) is as good as none.
+    WHERE coalesce(k.sums, '{0,0,0,0,0,0,0,0,0,0,0,0}') IS DISTINCT FROM
+          coalesce(a.sums, '{0,0,0,0,0,0,0,0,0,0,0,0}')
+$$;
+
+-- function: wl_daily_scan(text[])
+-- (from 0023_keep_the_programs_course:)
+-- The same figures from a scan of the tables (the audit's, and the rebuild's): peaks
+-- excepted, which the tables do not keep. An agent held a unit on each UTC day from its
+-- attempt's start to its end (today, while it runs).
+CREATE FUNCTION wl_daily_scan(only_domains text[] DEFAULT NULL::text[]) RETURNS TABLE(day date, domain text, migrated bigint, dropped bigint, deferred bigint, dead bigint, verified bigint, split bigint, failed bigint, abandoned bigint, superseded bigint, cost_cents bigint, estimated_cents bigint, agents bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH held AS (
+        SELECT DISTINCT d::date AS day, s.domain, a.agent_id
+        FROM work_unit_attempts AS a
+        JOIN work_units AS u ON u.id = a.unit_id
+        CROSS JOIN generate_series(wl_utc_day(a.started_at)::timestamp,
+                                   wl_utc_day(coalesce(a.ended_at, now()))::timestamp,
+                                   interval '1 day') AS d
+        CROSS JOIN LATERAL (VALUES (u.domain), ('(all)')) AS s (domain)
+        WHERE only_domains IS NULL OR u.domain = ANY (only_domains)
+    ), parts AS (
+        SELECT wl_utc_day(disposed_at) AS day, domain,
+               count(*) FILTER (WHERE disposition = 'MIGRATED') AS migrated,
+               count(*) FILTER (WHERE disposition = 'DROPPED') AS dropped,
+               count(*) FILTER (WHERE disposition = 'DEFERRED') AS deferred,
+               count(*) FILTER (WHERE disposition = 'DEAD') AS dead,
+               0 AS verified, 0 AS split, 0 AS failed, 0 AS abandoned, 0 AS superseded,
+               0 AS cost_cents, 0 AS estimated_cents, 0 AS agents
+        FROM work_units WHERE disposition IS NOT NULL AND disposed_at IS NOT NULL
+          AND (only_domains IS NULL OR domain = ANY (only_domains))
+        GROUP BY 1, 2
+        UNION ALL
+        SELECT wl_utc_day(a.ended_at), u.domain, 0, 0, 0, 0,
+               count(*) FILTER (WHERE a.outcome = 'verified'),
+               count(*) FILTER (WHERE a.outcome = 'split'),
+               count(*) FILTER (WHERE a.outcome = 'failed'),
+               count(*) FILTER (WHERE a.outcome = 'abandoned'),
+               count(*) FILTER (WHERE a.outcome = 'superseded'), 0, 0, 0
+        FROM work_unit_attempts AS a JOIN work_units AS u ON u.id = a.unit_id
+        WHERE a.outcome IS NOT NULL AND a.outcome <> 'blocked'
+          AND (only_domains IS NULL OR u.domain = ANY (only_domains))
+        GROUP BY 1, 2
+        UNION ALL
+        SELECT wl_utc_day(r.created_at), u.domain, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+               sum(r.cost_cents), coalesce(sum(r.cost_cents) FILTER (WHERE r.estimated), 0), 0
+        FROM cost_records AS r JOIN work_units AS u ON u.id = r.unit_id
+        WHERE only_domains IS NULL OR u.domain = ANY (only_domains)
+        GROUP BY 1, 2
+        HAVING sum(r.cost_cents) > 0
+        UNION ALL
+        SELECT held.day, held.domain, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, count(*)
+        FROM held GROUP BY 1, 2
+    )
+    SELECT day, domain, sum(migrated)::bigint, sum(dropped)::bigint, sum(deferred)::bigint,
+           sum(dead)::bigint, sum(verified)::bigint, sum(split)::bigint, sum(failed)::bigint,
+           sum(abandoned)::bigint, sum(superseded)::bigint, sum(cost_cents)::bigint,
+           sum(estimated_cents)::bigint, sum(agents)::bigint
+    FROM parts GROUP BY day, domain
+$$;
+
 -- function: wl_earlier_attempts(uuid, integer)
 -- (from 0012_keep_read_summaries:)
 -- A unit's earlier attempts (numbered below `below`) by how they ended.
@@ -311,6 +482,11 @@ CREATE FUNCTION wl_earlier_attempts(unit uuid, below integer, OUT superseded int
            count(*) FILTER (WHERE outcome IN ('failed', 'abandoned'))
     FROM work_unit_attempts WHERE unit_id = unit AND attempt_no < below;
 $$;
+
+-- function: wl_exclusive_keys_ok(text[])
+CREATE FUNCTION wl_exclusive_keys_ok(keys text[]) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN (((cardinality(keys) >= 1) AND (cardinality(keys) <= 20)) AND (array_position(keys, NULL::text) IS NULL) AND (SELECT bool_and(((length(k.k) >= 1) AND (length(k.k) <= 200))) AS bool_and FROM unnest(wl_exclusive_keys_ok.keys) k(k)));
 
 -- function: wl_fold_read_summaries(integer)
 -- (from 0017_fold_read_summaries:)
@@ -331,8 +507,8 @@ BEGIN
 END $$;
 
 -- function: wl_fold_read_summaries_locked()
--- (from 0021_rank_only_ranked_units:)
--- 0017's fold, with ranks kept for the ranked units only.
+-- (from 0023_keep_the_programs_course:)
+-- 0021's fold, with the course's days (0023).
 CREATE FUNCTION wl_fold_read_summaries_locked() RETURNS bigint
     LANGUAGE plpgsql
     AS $$
@@ -430,6 +606,34 @@ BEGIN
         WHERE (r.domain, r.external_ref, r.cost_cents, r.attempts)
               IS DISTINCT FROM (excluded.domain, excluded.external_ref, excluded.cost_cents,
                                 excluded.attempts)
+    ), daily AS (
+        -- The course (0023): each day's disposals from the change rows, and each day's
+        -- peak of the live count run forward through them (wl_pending_peaks, read in this
+        -- snapshot: from the folded count before this fold adds to it).
+        INSERT INTO wl_daily_tallies AS t (day, domain, migrated, dropped, deferred, dead,
+                                           peak_live)
+        SELECT day, domain, sum(migrated), sum(dropped), sum(deferred), sum(dead),
+               max(peak_live)
+        FROM (SELECT wl_utc_day(disposed_at) AS day, domain,
+                     coalesce(sum(sign) FILTER (WHERE disposition = 'MIGRATED'), 0) AS migrated,
+                     coalesce(sum(sign) FILTER (WHERE disposition = 'DROPPED'), 0) AS dropped,
+                     coalesce(sum(sign) FILTER (WHERE disposition = 'DEFERRED'), 0) AS deferred,
+                     coalesce(sum(sign) FILTER (WHERE disposition = 'DEAD'), 0) AS dead,
+                     NULL::bigint AS peak_live
+              FROM sides WHERE disposition IS NOT NULL AND disposed_at IS NOT NULL
+              GROUP BY 1, 2
+              UNION ALL
+              SELECT day, domain, 0, 0, 0, 0, peak_live FROM wl_pending_peaks) AS x
+        GROUP BY day, domain
+        ORDER BY day, domain
+        ON CONFLICT ON CONSTRAINT daily_tallies_key DO UPDATE
+        SET migrated = t.migrated + excluded.migrated, dropped = t.dropped + excluded.dropped,
+            deferred = t.deferred + excluded.deferred, dead = t.dead + excluded.dead,
+            peak_live = greatest(t.peak_live, excluded.peak_live)
+        -- An idle fold (every second) rewrites nothing: today's live count is no news.
+        WHERE (excluded.migrated, excluded.dropped, excluded.deferred, excluded.dead)
+              <> (0, 0, 0, 0)
+           OR excluded.peak_live > coalesce(t.peak_live, -1)
     )
     SELECT (SELECT count(*) FROM gone),
            (SELECT array_agg(DISTINCT format('%s/%s/%s', c.old_domain, c.old_state,
@@ -439,6 +643,45 @@ BEGIN
               AND (c.old_domain, c.old_state, c.old_disposition)
                   IS DISTINCT FROM (c.new_domain, c.new_state, c.new_disposition))
     INTO folded, left_keys;
+    -- The notes, in a statement of their own (they touch no table the one above does but
+    -- wl_daily_tallies, whose rows a second upsert in one statement may not touch twice):
+    -- it deletes the notes its snapshot sees and adds exactly those.
+    WITH notes AS (
+        DELETE FROM wl_day_notes RETURNING *
+    ), agents AS (
+        INSERT INTO wl_daily_agents
+        SELECT DISTINCT n.day, s.domain, n.agent_id
+        FROM (SELECT day, domain, agent_id FROM notes WHERE agent_id IS NOT NULL
+              UNION ALL
+              SELECT day, domain, agent_id FROM wl_running_agents_today) AS n
+        CROSS JOIN LATERAL (VALUES (n.domain), ('(all)')) AS s (domain)
+        ORDER BY 1, 2, 3
+        ON CONFLICT ON CONSTRAINT daily_agents_key DO NOTHING
+        RETURNING day, domain
+    )
+    INSERT INTO wl_daily_tallies AS t (day, domain, verified, split, failed, abandoned,
+                                       superseded, cost_cents, estimated_cents, agents)
+    SELECT day, domain, sum(verified), sum(split), sum(failed), sum(abandoned),
+           sum(superseded), sum(cost_cents), sum(estimated_cents), sum(agents)
+    FROM (SELECT day, domain, count(*) FILTER (WHERE outcome = 'verified') AS verified,
+                 count(*) FILTER (WHERE outcome = 'split') AS split,
+                 count(*) FILTER (WHERE outcome = 'failed') AS failed,
+                 count(*) FILTER (WHERE outcome = 'abandoned') AS abandoned,
+                 count(*) FILTER (WHERE outcome = 'superseded') AS superseded,
+                 sum(cost_cents) AS cost_cents, sum(estimated_cents) AS estimated_cents,
+                 0 AS agents
+          FROM notes GROUP BY day, domain
+          UNION ALL
+          SELECT day, domain, 0, 0, 0, 0, 0, 0, 0, count(*) FROM agents GROUP BY day, domain) AS x
+    GROUP BY day, domain
+    ORDER BY day, domain
+    ON CONFLICT ON CONSTRAINT daily_tallies_key DO UPDATE
+    SET verified = t.verified + excluded.verified, split = t.split + excluded.split,
+        failed = t.failed + excluded.failed, abandoned = t.abandoned + excluded.abandoned,
+        superseded = t.superseded + excluded.superseded,
+        cost_cents = t.cost_cents + excluded.cost_cents,
+        estimated_cents = t.estimated_cents + excluded.estimated_cents,
+        agents = t.agents + excluded.agents;
     DELETE FROM wl_disposed_links WHERE units = 0;
     IF left_keys IS NOT NULL THEN
         UPDATE wl_unit_tallies AS t
@@ -458,13 +701,18 @@ BEGIN
 END $$;
 
 -- function: wl_grant_reader(text, text)
+-- (from 0023_keep_the_programs_course:)
+-- The reader role reads the new views too: 0017's wl_grant_reader with them, and every
+-- role already made by it, now.
 CREATE FUNCTION wl_grant_reader(role_name text, password_verifier text) RETURNS text[]
     LANGUAGE plpgsql
     AS $$
 BEGIN
     RETURN wl_grant_reader_0013(role_name, password_verifier)
-           || wl_grant_views(role_name, ARRAY['v_costliest_units', 'v_most_attempted_units', 'v_changed_units',
-                                             'v_open_questions']);
+           || wl_grant_views(role_name, ARRAY['v_costliest_units', 'v_most_attempted_units',
+                                             'v_changed_units', 'v_open_questions',
+                                             'v_held_back', 'v_controls', 'v_daily',
+                                             'v_forecast']);
 END $$;
 
 -- function: wl_grant_reader_0004(text, text)
@@ -575,6 +823,13 @@ BEGIN
 END $$;
 
 -- function: wl_guard_attempt_change()
+-- (from 0023_keep_the_programs_course:)
+-- An end notes its outcome on the day it ends, and its agent on every day the attempt ran
+-- (an outcome is final once set). `blocked` is no end of the work. Noted by 0002's guard
+-- of attempt changes, which runs for every update of an attempt anyway (as 0019 did with
+-- the unit's change rows): no second plpgsql call per end. The guard is the only BEFORE
+-- trigger on work_unit_attempts, so NEW is the row as it will be written; a refused change
+-- raises before the note.
 CREATE FUNCTION wl_guard_attempt_change() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -591,6 +846,17 @@ BEGIN
                              'never changes', OLD.attempt_no, OLD.unit_id,
                              coalesce('ended ' || OLD.outcome, 'running')),
             HINT = 'claim the unit again to start a new attempt';
+    END IF;
+    -- The program's course (0023): an attempt that ends now.
+    IF OLD.outcome IS NULL AND NEW.outcome IS NOT NULL THEN
+        INSERT INTO wl_day_notes (day, domain, agent_id, outcome)
+        SELECT d::date, u.domain, NEW.agent_id,
+               CASE WHEN d::date = wl_utc_day(NEW.ended_at) AND NEW.outcome <> 'blocked'
+                    THEN NEW.outcome END
+        FROM work_units AS u
+        CROSS JOIN generate_series(wl_utc_day(NEW.started_at)::timestamp,
+                                   wl_utc_day(NEW.ended_at)::timestamp, interval '1 day') AS d
+        WHERE u.id = NEW.unit_id;
     END IF;
     RETURN NEW;
 END $$;
@@ -763,12 +1029,87 @@ BEGIN
     RETURN NEW;
 END $$;
 
+-- ===== Tables, sequences and views =====
+
+-- table: held_keys
+-- (from 0022_steer_the_fleet:)
+-- The keys held now, one row per key: the primary key is the rule "one holder per key".
+-- No foreign key to work_units: units are never deleted (units_never_deleted), and a key
+-- inserted on every claim of a unit with keys need not look the unit up again.
+CREATE TABLE held_keys (
+    key text NOT NULL,
+    unit_id uuid NOT NULL
+);
+
+-- comment: TABLE held_keys
+COMMENT ON TABLE held_keys IS 'The exclusion keys of the units held now (claimed, in_progress, blocked), kept by the trigger wl_hold_keys; the key is the primary key, so no key has two holders.';
+
+-- ===== Functions =====
+
+-- function: wl_held_keys_of(text[])
+-- (from 0022_steer_the_fleet:)
+-- A unit's keys one of which another unit holds now (from the caller's snapshot).
+CREATE FUNCTION wl_held_keys_of(keys text[]) RETURNS SETOF held_keys
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT h.* FROM held_keys AS h WHERE h.key = ANY (keys)
+$$;
+
+-- function: wl_hold_keys()
+-- (from 0022_steer_the_fleet:)
+-- The keys of a unit follow its holding: taken (in sorted order) when it becomes held,
+-- given back when it stops being held. A key held by another unit refuses the write.
+CREATE FUNCTION wl_hold_keys() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    k text;
+    holder uuid;
+BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.exclusive IS NOT NULL
+       AND OLD.state IN ('claimed', 'in_progress', 'blocked') THEN
+        DELETE FROM held_keys WHERE key = ANY (OLD.exclusive) AND unit_id = OLD.id;
+        IF NEW.state NOT IN ('claimed', 'in_progress', 'blocked') THEN
+            -- Units that wanted these keys may be claimable now.
+            PERFORM pg_notify('wl_claimable', NEW.domain);
+        END IF;
+    END IF;
+    IF NEW.exclusive IS NOT NULL AND NEW.state IN ('claimed', 'in_progress', 'blocked') THEN
+        FOR k IN SELECT DISTINCT x COLLATE "C" FROM unnest(NEW.exclusive) AS x ORDER BY 1 LOOP
+            INSERT INTO held_keys (key, unit_id) VALUES (k, NEW.id) ON CONFLICT (key) DO NOTHING;
+            IF NOT FOUND THEN
+                SELECT h.unit_id INTO holder FROM held_keys AS h WHERE h.key = k;
+                RAISE EXCEPTION USING ERRCODE = 'unique_violation',
+                    CONSTRAINT = 'exclusive_key_held',
+                    MESSAGE = format('exclusion key %L is held by unit %s', k, holder),
+                    HINT = 'take another unit: this one waits until that unit is no longer held';
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN NULL;
+END $$;
+
 -- function: wl_is_finished(work_state, work_disposition)
 -- (from 0011_shape_and_money:)
 -- Finished: done, or abandoned DROPPED (not needed after all). DEFERRED and DEAD never finish.
 CREATE FUNCTION wl_is_finished(state work_state, disposition work_disposition) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN ((state = 'done'::work_state) OR ((state = 'abandoned'::work_state) AND (NOT (disposition IS DISTINCT FROM 'DROPPED'::work_disposition))));
+
+-- function: wl_is_live(work_state)
+CREATE FUNCTION wl_is_live(state work_state) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT coalesce(state IN ('claimed', 'in_progress'), false)
+$$;
+
+-- function: wl_keys_from_json(text)
+-- (from 0022_steer_the_fleet:)
+-- The keys sent as a JSON array (a statement's parameter): sorted, distinct, and null for
+-- none, as the column keeps them.
+CREATE FUNCTION wl_keys_from_json(keys text) RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN (SELECT array_agg(DISTINCT k.value ORDER BY k.value) AS array_agg FROM jsonb_array_elements_text((wl_keys_from_json.keys)::jsonb) k(value));
 
 -- function: wl_model_sums(uuid[])
 -- (from 0014_keep_cost_by_model:)
@@ -833,6 +1174,20 @@ CREATE FUNCTION wl_next_states(from_state work_state) RETURNS work_state[]
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE from_state WHEN 'ready'::work_state THEN ARRAY['claimed'::work_state, 'abandoned'::work_state] WHEN 'waiting'::work_state THEN ARRAY['ready'::work_state, 'abandoned'::work_state] WHEN 'claimed'::work_state THEN ARRAY['in_progress'::work_state, 'ready'::work_state, 'claimed'::work_state, 'waiting'::work_state] WHEN 'in_progress'::work_state THEN ARRAY['ready'::work_state, 'claimed'::work_state, 'blocked'::work_state, 'verified'::work_state, 'abandoned'::work_state, 'waiting'::work_state] WHEN 'blocked'::work_state THEN ARRAY['in_progress'::work_state, 'abandoned'::work_state] WHEN 'verified'::work_state THEN ARRAY['done'::work_state] ELSE ARRAY[]::work_state[] END;
 
+-- function: wl_note_attempt_started()
+-- (from 0023_keep_the_programs_course:)
+-- A claim notes its agent on the day it starts (a row trigger: a claim inserts one
+-- attempt, and a row trigger keeps no transition table).
+CREATE FUNCTION wl_note_attempt_started() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO wl_day_notes (day, domain, agent_id)
+    SELECT wl_utc_day(NEW.started_at), u.domain, NEW.agent_id
+    FROM work_units AS u WHERE u.id = NEW.unit_id;
+    RETURN NULL;
+END $$;
+
 -- function: wl_note_units_inserted()
 CREATE FUNCTION wl_note_units_inserted() RETURNS trigger
     LANGUAGE plpgsql
@@ -857,6 +1212,18 @@ BEGIN
 END
 $$;
 
+-- function: wl_notify_controls()
+-- (from 0022_steer_the_fleet:)
+-- Raising a cap, lifting it or resuming wakes long-polls: a domain's waiters, or all of
+-- them ('*') for a fleet-wide change.
+CREATE FUNCTION wl_notify_controls() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('wl_claimable', coalesce(NEW.domain, '*'));
+    RETURN NULL;
+END $$;
+
 -- function: wl_notify_question()
 CREATE FUNCTION wl_notify_question() RETURNS trigger
     LANGUAGE plpgsql
@@ -867,7 +1234,25 @@ BEGIN
 END
 $$;
 
+-- function: wl_notify_slot_freed()
+-- (from 0022_steer_the_fleet:)
+-- A unit leaving the live states of a capped scope frees a slot: long-polls wake. Only
+-- scopes with a cap notify (a notification serializes commits briefly).
+CREATE FUNCTION wl_notify_slot_freed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM controls
+               WHERE fleet = NEW.fleet AND (domain IS NULL OR domain = NEW.domain)
+                 AND max_live IS NOT NULL) THEN
+        PERFORM pg_notify('wl_claimable', NEW.domain);
+    END IF;
+    RETURN NULL;
+END $$;
+
 -- function: wl_read_summary_drift()
+-- (from 0023_keep_the_programs_course:)
+-- 0017's audit of the summaries, with the course's days.
 CREATE FUNCTION wl_read_summary_drift() RETURNS TABLE(summary text, key text, kept text, actual text)
     LANGUAGE sql STABLE
     AS $$
@@ -876,6 +1261,8 @@ CREATE FUNCTION wl_read_summary_drift() RETURNS TABLE(summary text, key text, ke
     SELECT * FROM wl_read_summary_drift_0014() WHERE summary = 'wl_model_tallies'
     UNION ALL
     SELECT * FROM wl_unit_ranks_drift()
+    UNION ALL
+    SELECT * FROM wl_daily_drift()
 $$;
 
 -- function: wl_read_summary_drift_0012()
@@ -1081,8 +1468,9 @@ CREATE FUNCTION wl_read_summary_drift_0017() RETURNS TABLE(summary text, key tex
 $$;
 
 -- function: wl_rebuild_read_summaries()
--- (from 0021_rank_only_ranked_units:)
--- 0017's rebuild, filling the ranks of the ranked units only.
+-- (from 0023_keep_the_programs_course:)
+-- 0021's rebuild, recounting the course's days too. Peaks are not in the tables: the days
+-- already counted keep theirs, the others stay null (a bulk load's days).
 CREATE FUNCTION wl_rebuild_read_summaries() RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -1094,7 +1482,30 @@ BEGIN
     INSERT INTO wl_unit_ranks
     SELECT id, domain, external_ref, cost_cents, attempt_count FROM work_units
     WHERE cost_cents > 0 OR attempt_count > 1;
-    ANALYZE wl_unit_ranks, wl_unit_changes;
+    TRUNCATE wl_day_notes, wl_daily_agents;
+    DELETE FROM wl_daily_tallies WHERE peak_live IS NULL;
+    UPDATE wl_daily_tallies
+    SET migrated = 0, dropped = 0, deferred = 0, dead = 0, verified = 0, split = 0, failed = 0,
+        abandoned = 0, superseded = 0, cost_cents = 0, estimated_cents = 0, agents = 0;
+    INSERT INTO wl_daily_agents
+    SELECT DISTINCT d::date, s.domain, a.agent_id
+    FROM work_unit_attempts AS a
+    JOIN work_units AS u ON u.id = a.unit_id
+    CROSS JOIN generate_series(wl_utc_day(a.started_at)::timestamp,
+                               wl_utc_day(coalesce(a.ended_at, now()))::timestamp,
+                               interval '1 day') AS d
+    CROSS JOIN LATERAL (VALUES (u.domain), ('(all)')) AS s (domain);
+    INSERT INTO wl_daily_tallies AS t
+    SELECT day, domain, migrated, dropped, deferred, dead, verified, split, failed, abandoned,
+           superseded, cost_cents, estimated_cents, agents, NULL
+    FROM wl_daily_scan()
+    ON CONFLICT ON CONSTRAINT daily_tallies_key DO UPDATE
+    SET migrated = excluded.migrated, dropped = excluded.dropped, deferred = excluded.deferred,
+        dead = excluded.dead, verified = excluded.verified, split = excluded.split,
+        failed = excluded.failed, abandoned = excluded.abandoned,
+        superseded = excluded.superseded, cost_cents = excluded.cost_cents,
+        estimated_cents = excluded.estimated_cents, agents = excluded.agents;
+    ANALYZE wl_unit_ranks, wl_unit_changes, wl_daily_tallies, wl_daily_agents, wl_day_notes;
 END $$;
 
 -- function: wl_rebuild_read_summaries_0012()
@@ -1142,6 +1553,60 @@ BEGIN
     SELECT DISTINCT u.fleet, u.domain, r.model, r.unit_id
     FROM cost_records AS r JOIN work_units AS u ON u.id = r.unit_id;
     ANALYZE wl_model_tallies, wl_model_units;
+END $$;
+
+-- function: wl_recount_daily_domains()
+-- (from 0023_keep_the_programs_course:)
+-- A unit moved to another domain (a raw edit: no write path does it) takes its attempts,
+-- costs and agents along, which notes kept under the old domain cannot follow (an agent is
+-- counted once per day and domain: no delta says whether it still held another unit
+-- there). So such a row recounts the two domains' days from the tables, in its own
+-- transaction: their attempts, costs and agents (the notes of the two domains are in that
+-- count, so they go). Disposals and peaks come from the change rows, which follow a move.
+-- The fold's lock, so no fold adds those notes meanwhile.
+CREATE FUNCTION wl_recount_daily_domains() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    domains text[] := ARRAY[OLD.domain, NEW.domain];
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('wl_fold_read_summaries'));
+    -- The notes' agents still count in '(all)', which a move does not change.
+    WITH gone AS (
+        DELETE FROM wl_day_notes WHERE domain = ANY (domains) RETURNING *
+    ), added AS (
+        INSERT INTO wl_daily_agents
+        SELECT DISTINCT day, '(all)', agent_id FROM gone WHERE agent_id IS NOT NULL
+        ON CONFLICT ON CONSTRAINT daily_agents_key DO NOTHING
+        RETURNING day
+    )
+    INSERT INTO wl_daily_tallies AS t (day, domain, agents)
+    SELECT day, '(all)', count(*) FROM added GROUP BY day
+    ON CONFLICT ON CONSTRAINT daily_tallies_key DO UPDATE SET agents = t.agents + excluded.agents;
+    DELETE FROM wl_daily_agents WHERE domain = ANY (domains);
+    INSERT INTO wl_daily_agents
+    SELECT DISTINCT d::date, u.domain, a.agent_id
+    FROM work_unit_attempts AS a
+    JOIN work_units AS u ON u.id = a.unit_id
+    CROSS JOIN generate_series(wl_utc_day(a.started_at)::timestamp,
+                               wl_utc_day(coalesce(a.ended_at, now()))::timestamp,
+                               interval '1 day') AS d
+    WHERE u.domain = ANY (domains);
+    UPDATE wl_daily_tallies
+    SET verified = 0, split = 0, failed = 0, abandoned = 0, superseded = 0, cost_cents = 0,
+        estimated_cents = 0, agents = 0
+    WHERE domain = ANY (domains);
+    INSERT INTO wl_daily_tallies AS t (day, domain, verified, split, failed, abandoned,
+                                       superseded, cost_cents, estimated_cents, agents)
+    SELECT day, domain, verified, split, failed, abandoned, superseded, cost_cents,
+           estimated_cents, agents
+    FROM wl_daily_scan(domains) WHERE domain <> '(all)'
+    ON CONFLICT ON CONSTRAINT daily_tallies_key DO UPDATE
+    SET verified = excluded.verified, split = excluded.split, failed = excluded.failed,
+        abandoned = excluded.abandoned, superseded = excluded.superseded,
+        cost_cents = excluded.cost_cents, estimated_cents = excluded.estimated_cents,
+        agents = excluded.agents;
+    RETURN NULL;
 END $$;
 
 -- function: wl_refold_disposed_move()
@@ -1320,7 +1785,43 @@ BEGIN
     EXECUTE format('GRANT TEMPORARY ON DATABASE %I TO %I', current_database(), current_user);
 END $$;
 
+-- function: wl_settle_model_spend()
+-- (from 0024_keep_claude_code_telemetry:)
+-- The recorded figures and the delta follow from the sources on every write, so a writer
+-- only adds to telemetry's sums or sets the result's figures.
+CREATE FUNCTION wl_settle_model_spend() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.recorded_cents := greatest(ceil(NEW.telemetry_usd * 100), NEW.result_cents);
+    NEW.recorded_input_tokens := greatest(NEW.telemetry_input_tokens, NEW.result_input_tokens);
+    NEW.recorded_output_tokens := greatest(NEW.telemetry_output_tokens, NEW.result_output_tokens);
+    NEW.recorded_cache_read_tokens :=
+        greatest(NEW.telemetry_cache_read_tokens, NEW.result_cache_read_tokens);
+    NEW.recorded_cache_write_tokens :=
+        greatest(NEW.telemetry_cache_write_tokens, NEW.result_cache_write_tokens);
+    IF TG_OP = 'INSERT' THEN
+        NEW.delta_cents := NEW.recorded_cents;
+        NEW.delta_input_tokens := NEW.recorded_input_tokens;
+        NEW.delta_output_tokens := NEW.recorded_output_tokens;
+        NEW.delta_cache_read_tokens := NEW.recorded_cache_read_tokens;
+        NEW.delta_cache_write_tokens := NEW.recorded_cache_write_tokens;
+    ELSE
+        NEW.delta_cents := NEW.recorded_cents - OLD.recorded_cents;
+        NEW.delta_input_tokens := NEW.recorded_input_tokens - OLD.recorded_input_tokens;
+        NEW.delta_output_tokens := NEW.recorded_output_tokens - OLD.recorded_output_tokens;
+        NEW.delta_cache_read_tokens :=
+            NEW.recorded_cache_read_tokens - OLD.recorded_cache_read_tokens;
+        NEW.delta_cache_write_tokens :=
+            NEW.recorded_cache_write_tokens - OLD.recorded_cache_write_tokens;
+    END IF;
+    RETURN NEW;
+END $$;
+
 -- function: wl_tally_cost_record()
+-- (from 0023_keep_the_programs_course:)
+-- Cost records are append-only: 0014's row trigger, which reads the record's unit
+-- anyway, notes its cents for the day too (no second plpgsql call per record).
 CREATE FUNCTION wl_tally_cost_record() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1354,6 +1855,12 @@ BEGIN
         cache_write_records = t.cache_write_records + excluded.cache_write_records,
         records = t.records + excluded.records,
         units = t.units + excluded.units;
+    -- The program's course (0023): the day's cents.
+    IF NEW.cost_cents > 0 THEN
+        INSERT INTO wl_day_notes (day, domain, cost_cents, estimated_cents)
+        VALUES (wl_utc_day(NEW.created_at), unit.domain, NEW.cost_cents,
+                CASE WHEN NEW.estimated THEN NEW.cost_cents ELSE 0 END);
+    END IF;
     RETURN NULL;
 END $$;
 
@@ -1381,7 +1888,44 @@ CREATE FUNCTION wl_unit_ranks_drift() RETURNS TABLE(summary text, key text, kept
           IS DISTINCT FROM (u.domain, u.external_ref, u.cost_cents, u.attempt_count)
 $$;
 
+-- function: wl_utc_day(timestamp with time zone)
+CREATE FUNCTION wl_utc_day(at timestamp with time zone) RETURNS date
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT (at AT TIME ZONE 'UTC')::date $$;
+
 -- ===== Tables, sequences and views =====
+
+-- table: attempt_model_spend
+-- (from 0024_keep_claude_code_telemetry:)
+-- Per attempt and model (without a bracketed suffix): telemetry's sums, the final result's
+-- figures, what the ledger recorded (the larger of the two, cents as ceil of the decimal
+-- dollars), and the last change's delta, which the writer turns into one cost record.
+CREATE TABLE attempt_model_spend (
+    attempt_id uuid NOT NULL,
+    model text NOT NULL,
+    telemetry_usd numeric DEFAULT 0 NOT NULL,
+    telemetry_input_tokens bigint DEFAULT 0 NOT NULL,
+    telemetry_output_tokens bigint DEFAULT 0 NOT NULL,
+    telemetry_cache_read_tokens bigint DEFAULT 0 NOT NULL,
+    telemetry_cache_write_tokens bigint DEFAULT 0 NOT NULL,
+    result_cents bigint DEFAULT 0 NOT NULL,
+    result_input_tokens bigint DEFAULT 0 NOT NULL,
+    result_output_tokens bigint DEFAULT 0 NOT NULL,
+    result_cache_read_tokens bigint DEFAULT 0 NOT NULL,
+    result_cache_write_tokens bigint DEFAULT 0 NOT NULL,
+    recorded_cents bigint DEFAULT 0 NOT NULL,
+    recorded_input_tokens bigint DEFAULT 0 NOT NULL,
+    recorded_output_tokens bigint DEFAULT 0 NOT NULL,
+    recorded_cache_read_tokens bigint DEFAULT 0 NOT NULL,
+    recorded_cache_write_tokens bigint DEFAULT 0 NOT NULL,
+    delta_cents bigint DEFAULT 0 NOT NULL,
+    delta_input_tokens bigint DEFAULT 0 NOT NULL,
+    delta_output_tokens bigint DEFAULT 0 NOT NULL,
+    delta_cache_read_tokens bigint DEFAULT 0 NOT NULL,
+    delta_cache_write_tokens bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT attempt_model_spend_delta_not_negative CHECK (((delta_cents >= 0) AND (delta_input_tokens >= 0) AND (delta_output_tokens >= 0) AND (delta_cache_read_tokens >= 0) AND (delta_cache_write_tokens >= 0))),
+    CONSTRAINT attempt_model_spend_recorded_is_the_larger CHECK ((((recorded_cents)::numeric = GREATEST(ceil((telemetry_usd * (100)::numeric)), (result_cents)::numeric)) AND (recorded_input_tokens = GREATEST(telemetry_input_tokens, result_input_tokens)) AND (recorded_output_tokens = GREATEST(telemetry_output_tokens, result_output_tokens)) AND (recorded_cache_read_tokens = GREATEST(telemetry_cache_read_tokens, result_cache_read_tokens)) AND (recorded_cache_write_tokens = GREATEST(telemetry_cache_write_tokens, result_cache_write_tokens))))
+);
 
 -- table: blocking_questions
 CREATE TABLE blocking_questions (
@@ -1436,6 +1980,33 @@ ALTER TABLE budgets ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+-- table: control_events
+CREATE TABLE control_events (
+    id bigint NOT NULL,
+    fleet text NOT NULL,
+    domain text,
+    actor text NOT NULL,
+    before jsonb,
+    after jsonb NOT NULL,
+    reason text NOT NULL,
+    forced boolean DEFAULT false NOT NULL,
+    gate_figures jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+-- comment: TABLE control_events
+COMMENT ON TABLE control_events IS 'Every change of a control, append-only: who, the scope, its fields before and after, why.';
+
+-- sequence: control_events_id_seq
+ALTER TABLE control_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME control_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 -- table: cost_records
 -- (from 0011_shape_and_money:)
 
@@ -1465,6 +2036,21 @@ ALTER TABLE cost_records ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+-- table: telemetry_records
+CREATE TABLE telemetry_records (
+    attempt_id uuid NOT NULL,
+    record_key text NOT NULL,
+    model text NOT NULL,
+    cost_usd numeric NOT NULL,
+    input_tokens bigint NOT NULL,
+    output_tokens bigint NOT NULL,
+    cache_read_tokens bigint NOT NULL,
+    cache_write_tokens bigint NOT NULL,
+    received_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT telemetry_record_bounded CHECK ((((length(record_key) >= 1) AND (length(record_key) <= 300)) AND ((length(model) >= 1) AND (length(model) <= 128)))),
+    CONSTRAINT telemetry_record_not_negative CHECK (((cost_usd >= (0)::numeric) AND (input_tokens >= 0) AND (output_tokens >= 0) AND (cache_read_tokens >= 0) AND (cache_write_tokens >= 0)))
 );
 
 -- table: temporal_follow_checkpoints
@@ -1536,7 +2122,9 @@ CREATE TABLE wl_unit_changes (
     new_cost_cents bigint NOT NULL,
     new_no_evidence boolean NOT NULL,
     new_links text[],
-    new_disposed_at timestamp with time zone
+    new_disposed_at timestamp with time zone,
+    seq bigint NOT NULL,
+    noted_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
 -- comment: TABLE wl_unit_changes
@@ -1549,6 +2137,82 @@ CREATE VIEW v_changed_units WITH (security_barrier='true') AS
 
 -- comment: VIEW v_changed_units
 COMMENT ON VIEW v_changed_units IS 'The units changed since the last fold of the read summaries (a few thousand at most while serve runs): what v_costliest_units and v_most_attempted_units may not say yet.';
+
+-- table: work_units
+-- (from 0001_create_ledger:)
+-- created_at is the clock, not the transaction start, so that a batch keeps its order
+-- in the ready queue (pull-next serves the oldest first).
+CREATE TABLE work_units (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    external_ref text NOT NULL,
+    fleet text NOT NULL,
+    domain text DEFAULT 'default'::text NOT NULL,
+    state work_state DEFAULT 'ready'::work_state NOT NULL,
+    disposition work_disposition,
+    disposed_at timestamp with time zone,
+    workflow_id text,
+    claimed_by text,
+    lease_expires_at timestamp with time zone,
+    last_heartbeat_at timestamp with time zone,
+    attempt_count integer DEFAULT 0 NOT NULL,
+    cost_cents bigint DEFAULT 0 NOT NULL,
+    evidence_urls text[] DEFAULT '{}'::text[] NOT NULL,
+    parent_id uuid,
+    max_attempts integer DEFAULT 5 NOT NULL,
+    attempts_allowed integer DEFAULT 5 NOT NULL,
+    failed_attempts integer DEFAULT 0 NOT NULL,
+    unfinished_prerequisites integer DEFAULT 0 NOT NULL,
+    exclusive text[],
+    CONSTRAINT unit_attempt_count_not_negative CHECK ((attempt_count >= 0)),
+    CONSTRAINT unit_attempts_within_allowance CHECK (((failed_attempts >= 0) AND (failed_attempts <= attempts_allowed))),
+    CONSTRAINT unit_cost_not_negative CHECK ((cost_cents >= 0)),
+    CONSTRAINT unit_disposed_at_iff_disposition CHECK (((disposition IS NULL) = (disposed_at IS NULL))),
+    CONSTRAINT unit_disposition_matches_state CHECK (
+CASE state
+    WHEN 'done'::work_state THEN (NOT (disposition IS DISTINCT FROM 'MIGRATED'::work_disposition))
+    WHEN 'abandoned'::work_state THEN ((disposition IS NOT NULL) AND (disposition = ANY (ARRAY['DROPPED'::work_disposition, 'DEFERRED'::work_disposition, 'DEAD'::work_disposition])))
+    ELSE (disposition IS NULL)
+END),
+    CONSTRAINT unit_domain_bounded CHECK (((length(domain) >= 1) AND (length(domain) <= 256))),
+    CONSTRAINT unit_evidence_is_link CHECK (wl_are_evidence_links(evidence_urls)),
+    CONSTRAINT unit_external_ref_bounded CHECK (((length(external_ref) >= 1) AND (length(external_ref) <= 256))),
+    CONSTRAINT unit_fleet_bounded CHECK (((length(fleet) >= 1) AND (length(fleet) <= 256))),
+    CONSTRAINT unit_holder_iff_held CHECK (((claimed_by IS NOT NULL) = (state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state, 'blocked'::work_state])))),
+    CONSTRAINT unit_lease_iff_leased CHECK (((lease_expires_at IS NOT NULL) = (state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state])))),
+    CONSTRAINT unit_max_attempts_bounded CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
+    CONSTRAINT unit_prerequisites_not_negative CHECK ((unfinished_prerequisites >= 0)),
+    CONSTRAINT unit_ready_only_when_prerequisites_finished CHECK (((unfinished_prerequisites = 0) OR (state = ANY (ARRAY['waiting'::work_state, 'abandoned'::work_state]))))
+);
+
+-- view: v_controls
+-- (from 0022_steer_the_fleet:)
+-- Each controlled scope with its live and held units now (GET /controls, /metrics).
+CREATE VIEW v_controls WITH (security_barrier='true') AS
+ SELECT c.fleet,
+    c.domain,
+    c.max_live,
+    n.live,
+    n.held,
+    c.paused,
+    c.paused_since,
+    c.pause_reason,
+    (c.paused AND (n.held = 0)) AS drained,
+    c.gate,
+    c.reason,
+    c.updated_at,
+    ( SELECT count(*) AS count
+           FROM work_units u
+          WHERE ((u.state = 'ready'::work_state) AND (u.fleet = c.fleet) AND ((c.domain IS NULL) OR (u.domain = c.domain)))) AS ready
+   FROM (controls c
+     CROSS JOIN LATERAL ( SELECT count(*) FILTER (WHERE (u.state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state]))) AS live,
+            count(*) AS held
+           FROM work_units u
+          WHERE ((u.state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state, 'blocked'::work_state])) AND (u.fleet = c.fleet) AND ((c.domain IS NULL) OR (u.domain = c.domain)))) n);
+
+-- comment: VIEW v_controls
+COMMENT ON VIEW v_controls IS 'Each controlled scope (DESIGN §13): cap, live and held units, pause, drain, gate, and its ready units.';
 
 -- table: wl_model_tallies
 CREATE TABLE wl_model_tallies (
@@ -1731,53 +2395,6 @@ UNION ALL
     wl_pending_unit_tallies.last_disposed_at
    FROM wl_pending_unit_tallies;
 
--- table: work_units
--- (from 0001_create_ledger:)
--- created_at is the clock, not the transaction start, so that a batch keeps its order
--- in the ready queue (pull-next serves the oldest first).
-CREATE TABLE work_units (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
-    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    external_ref text NOT NULL,
-    fleet text NOT NULL,
-    domain text DEFAULT 'default'::text NOT NULL,
-    state work_state DEFAULT 'ready'::work_state NOT NULL,
-    disposition work_disposition,
-    disposed_at timestamp with time zone,
-    workflow_id text,
-    claimed_by text,
-    lease_expires_at timestamp with time zone,
-    last_heartbeat_at timestamp with time zone,
-    attempt_count integer DEFAULT 0 NOT NULL,
-    cost_cents bigint DEFAULT 0 NOT NULL,
-    evidence_urls text[] DEFAULT '{}'::text[] NOT NULL,
-    parent_id uuid,
-    max_attempts integer DEFAULT 5 NOT NULL,
-    attempts_allowed integer DEFAULT 5 NOT NULL,
-    failed_attempts integer DEFAULT 0 NOT NULL,
-    unfinished_prerequisites integer DEFAULT 0 NOT NULL,
-    CONSTRAINT unit_attempt_count_not_negative CHECK ((attempt_count >= 0)),
-    CONSTRAINT unit_attempts_within_allowance CHECK (((failed_attempts >= 0) AND (failed_attempts <= attempts_allowed))),
-    CONSTRAINT unit_cost_not_negative CHECK ((cost_cents >= 0)),
-    CONSTRAINT unit_disposed_at_iff_disposition CHECK (((disposition IS NULL) = (disposed_at IS NULL))),
-    CONSTRAINT unit_disposition_matches_state CHECK (
-CASE state
-    WHEN 'done'::work_state THEN (NOT (disposition IS DISTINCT FROM 'MIGRATED'::work_disposition))
-    WHEN 'abandoned'::work_state THEN ((disposition IS NOT NULL) AND (disposition = ANY (ARRAY['DROPPED'::work_disposition, 'DEFERRED'::work_disposition, 'DEAD'::work_disposition])))
-    ELSE (disposition IS NULL)
-END),
-    CONSTRAINT unit_domain_bounded CHECK (((length(domain) >= 1) AND (length(domain) <= 256))),
-    CONSTRAINT unit_evidence_is_link CHECK (wl_are_evidence_links(evidence_urls)),
-    CONSTRAINT unit_external_ref_bounded CHECK (((length(external_ref) >= 1) AND (length(external_ref) <= 256))),
-    CONSTRAINT unit_fleet_bounded CHECK (((length(fleet) >= 1) AND (length(fleet) <= 256))),
-    CONSTRAINT unit_holder_iff_held CHECK (((claimed_by IS NOT NULL) = (state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state, 'blocked'::work_state])))),
-    CONSTRAINT unit_lease_iff_leased CHECK (((lease_expires_at IS NOT NULL) = (state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state])))),
-    CONSTRAINT unit_max_attempts_bounded CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
-    CONSTRAINT unit_prerequisites_not_negative CHECK ((unfinished_prerequisites >= 0)),
-    CONSTRAINT unit_ready_only_when_prerequisites_finished CHECK (((unfinished_prerequisites = 0) OR (state = ANY (ARRAY['waiting'::work_state, 'abandoned'::work_state]))))
-);
-
 -- view: v_cost_per_unit
 CREATE VIEW v_cost_per_unit WITH (security_barrier='true') AS
  SELECT 'unit'::text AS scope,
@@ -1873,6 +2490,341 @@ CREATE VIEW v_costliest_units WITH (security_barrier='true') AS
 
 -- comment: VIEW v_costliest_units
 COMMENT ON VIEW v_costliest_units IS 'Units that cost anything, costliest first, as of the last fold of the read summaries (wl_fold_read_summaries()): LIMIT n reads n index entries. The units in v_changed_units may have changed since: read them as they are now.';
+
+-- table: wl_daily_agents
+-- (from 0023_keep_the_programs_course:)
+-- Which agents a (day, domain) has counted, so an agent counts once per day.
+CREATE TABLE wl_daily_agents (
+    day date NOT NULL,
+    domain text NOT NULL,
+    agent_id text NOT NULL
+);
+
+-- table: wl_daily_tallies
+-- (from 0023_keep_the_programs_course:)
+-- Per UTC day and domain (and '(all)' for the two figures that do not add up across
+-- domains: agents and peak live units; its other columns stay 0).
+CREATE TABLE wl_daily_tallies (
+    day date NOT NULL,
+    domain text NOT NULL,
+    migrated bigint DEFAULT 0 NOT NULL,
+    dropped bigint DEFAULT 0 NOT NULL,
+    deferred bigint DEFAULT 0 NOT NULL,
+    dead bigint DEFAULT 0 NOT NULL,
+    verified bigint DEFAULT 0 NOT NULL,
+    split bigint DEFAULT 0 NOT NULL,
+    failed bigint DEFAULT 0 NOT NULL,
+    abandoned bigint DEFAULT 0 NOT NULL,
+    superseded bigint DEFAULT 0 NOT NULL,
+    cost_cents bigint DEFAULT 0 NOT NULL,
+    estimated_cents bigint DEFAULT 0 NOT NULL,
+    agents bigint DEFAULT 0 NOT NULL,
+    peak_live bigint
+);
+
+-- comment: TABLE wl_daily_tallies
+COMMENT ON TABLE wl_daily_tallies IS 'The program''s course as of the last fold: per UTC day and domain, units disposed by disposition, attempts ended by outcome, cost recorded (and its estimated part), agents that held a unit, peak live units. v_daily adds what is not folded yet.';
+
+-- table: wl_day_notes
+-- (from 0023_keep_the_programs_course:)
+-- Appended by the triggers below; no index, no key: an insert, like wl_unit_changes.
+CREATE TABLE wl_day_notes (
+    day date NOT NULL,
+    domain text NOT NULL,
+    agent_id text,
+    outcome attempt_outcome,
+    cost_cents bigint DEFAULT 0 NOT NULL,
+    estimated_cents bigint DEFAULT 0 NOT NULL
+);
+
+-- comment: TABLE wl_day_notes
+COMMENT ON TABLE wl_day_notes IS 'Appended by triggers on work_unit_attempts and cost_records: an agent that held a unit on a day, an attempt that ended, the cents recorded; deleted as the fold adds them to wl_daily_tallies.';
+
+-- view: wl_pending_daily_agents
+-- (from 0023_keep_the_programs_course:)
+-- The agents the notes add to a day: those not counted yet, per domain and '(all)'.
+CREATE VIEW wl_pending_daily_agents AS
+ SELECT DISTINCT x.day,
+    s.domain,
+    x.agent_id
+   FROM (( SELECT n.day,
+            n.domain,
+            n.agent_id
+           FROM wl_day_notes n
+          WHERE (n.agent_id IS NOT NULL)) x
+     CROSS JOIN LATERAL ( VALUES (x.domain), ('(all)'::text)) s(domain))
+  WHERE (NOT (EXISTS ( SELECT 1
+           FROM wl_daily_agents k
+          WHERE ((k.day = x.day) AND (k.domain = s.domain) AND (k.agent_id = x.agent_id)))));
+
+-- view: wl_pending_daily_disposed
+-- (from 0023_keep_the_programs_course:)
+-- Disposals not folded yet, per day, domain and disposition (dispositions are final: a
+-- disposed unit's later change rows cancel out).
+CREATE VIEW wl_pending_daily_disposed AS
+ SELECT wl_utc_day(disposed_at) AS day,
+    domain,
+    COALESCE(sum(sign) FILTER (WHERE (disposition = 'MIGRATED'::work_disposition)), (0)::bigint) AS migrated,
+    COALESCE(sum(sign) FILTER (WHERE (disposition = 'DROPPED'::work_disposition)), (0)::bigint) AS dropped,
+    COALESCE(sum(sign) FILTER (WHERE (disposition = 'DEFERRED'::work_disposition)), (0)::bigint) AS deferred,
+    COALESCE(sum(sign) FILTER (WHERE (disposition = 'DEAD'::work_disposition)), (0)::bigint) AS dead
+   FROM wl_pending_sides
+  WHERE ((disposition IS NOT NULL) AND (disposed_at IS NOT NULL))
+  GROUP BY (wl_utc_day(disposed_at)), domain;
+
+-- view: wl_pending_live_steps
+-- (from 0023_keep_the_programs_course:)
+-- The live count's steps not yet folded: per change row and domain (and '(all)'), how it
+-- moved the live count, in the order the changes were noted.
+CREATE VIEW wl_pending_live_steps AS
+ SELECT c.seq,
+    wl_utc_day(c.noted_at) AS day,
+    k.domain,
+    sum(k.delta) AS delta
+   FROM (wl_unit_changes c
+     CROSS JOIN LATERAL ( VALUES (c.old_domain,(- (wl_is_live(c.old_state))::integer)), (c.new_domain,(wl_is_live(c.new_state))::integer), ('(all)'::text,((wl_is_live(c.new_state))::integer - (wl_is_live(c.old_state))::integer))) k(domain, delta))
+  WHERE (k.domain IS NOT NULL)
+  GROUP BY c.seq, c.noted_at, k.domain
+ HAVING (sum(k.delta) <> 0);
+
+-- view: wl_pending_peaks
+-- (from 0023_keep_the_programs_course:)
+-- Each day's highest live count among the pending steps (the value before a day's first
+-- step is the count it started with), run forward from the folded count; and today's
+-- count now, so a day whose units stayed live without a change still has its peak.
+CREATE VIEW wl_pending_peaks AS
+ WITH base AS (
+         SELECT wl_unit_tallies.domain,
+            (sum(wl_unit_tallies.units))::bigint AS live
+           FROM wl_unit_tallies
+          WHERE wl_is_live(wl_unit_tallies.state)
+          GROUP BY wl_unit_tallies.domain
+        UNION ALL
+         SELECT '(all)'::text,
+            (COALESCE(sum(wl_unit_tallies.units), (0)::numeric))::bigint AS "coalesce"
+           FROM wl_unit_tallies
+          WHERE wl_is_live(wl_unit_tallies.state)
+        ), steps AS (
+         SELECT s.day,
+            s.domain,
+            s.delta,
+            ((COALESCE(b.live, (0)::bigint))::numeric + sum(s.delta) OVER (PARTITION BY s.domain ORDER BY s.seq)) AS after
+           FROM (wl_pending_live_steps s
+             LEFT JOIN base b USING (domain))
+        ), now_live AS (
+         SELECT x.domain,
+            (sum(x.live))::bigint AS live
+           FROM ( SELECT base.domain,
+                    base.live
+                   FROM base
+                UNION ALL
+                 SELECT wl_pending_live_steps.domain,
+                    wl_pending_live_steps.delta
+                   FROM wl_pending_live_steps) x
+          GROUP BY x.domain
+        )
+ SELECT steps.day,
+    steps.domain,
+    (max(GREATEST(steps.after, (steps.after - (steps.delta)::numeric))))::bigint AS peak_live
+   FROM steps
+  GROUP BY steps.day, steps.domain
+UNION ALL
+ SELECT wl_utc_day(now()) AS day,
+    now_live.domain,
+    now_live.live AS peak_live
+   FROM now_live
+  WHERE (now_live.live > 0);
+
+-- view: wl_pending_daily_tallies
+-- (from 0023_keep_the_programs_course:)
+-- Everything not folded yet, in wl_daily_tallies' columns.
+CREATE VIEW wl_pending_daily_tallies AS
+ SELECT wl_pending_daily_disposed.day,
+    wl_pending_daily_disposed.domain,
+    wl_pending_daily_disposed.migrated,
+    wl_pending_daily_disposed.dropped,
+    wl_pending_daily_disposed.deferred,
+    wl_pending_daily_disposed.dead,
+    (0)::bigint AS verified,
+    (0)::bigint AS split,
+    (0)::bigint AS failed,
+    (0)::bigint AS abandoned,
+    (0)::bigint AS superseded,
+    (0)::bigint AS cost_cents,
+    (0)::bigint AS estimated_cents,
+    (0)::bigint AS agents,
+    NULL::bigint AS peak_live
+   FROM wl_pending_daily_disposed
+UNION ALL
+ SELECT wl_day_notes.day,
+    wl_day_notes.domain,
+    0 AS migrated,
+    0 AS dropped,
+    0 AS deferred,
+    0 AS dead,
+    count(*) FILTER (WHERE (wl_day_notes.outcome = 'verified'::attempt_outcome)) AS verified,
+    count(*) FILTER (WHERE (wl_day_notes.outcome = 'split'::attempt_outcome)) AS split,
+    count(*) FILTER (WHERE (wl_day_notes.outcome = 'failed'::attempt_outcome)) AS failed,
+    count(*) FILTER (WHERE (wl_day_notes.outcome = 'abandoned'::attempt_outcome)) AS abandoned,
+    count(*) FILTER (WHERE (wl_day_notes.outcome = 'superseded'::attempt_outcome)) AS superseded,
+    (sum(wl_day_notes.cost_cents))::bigint AS cost_cents,
+    (sum(wl_day_notes.estimated_cents))::bigint AS estimated_cents,
+    0 AS agents,
+    NULL::bigint AS peak_live
+   FROM wl_day_notes
+  GROUP BY wl_day_notes.day, wl_day_notes.domain
+UNION ALL
+ SELECT wl_pending_daily_agents.day,
+    wl_pending_daily_agents.domain,
+    0 AS migrated,
+    0 AS dropped,
+    0 AS deferred,
+    0 AS dead,
+    0 AS verified,
+    0 AS split,
+    0 AS failed,
+    0 AS abandoned,
+    0 AS superseded,
+    0 AS cost_cents,
+    0 AS estimated_cents,
+    count(*) AS agents,
+    NULL::bigint AS peak_live
+   FROM wl_pending_daily_agents
+  GROUP BY wl_pending_daily_agents.day, wl_pending_daily_agents.domain
+UNION ALL
+ SELECT wl_pending_peaks.day,
+    wl_pending_peaks.domain,
+    0 AS migrated,
+    0 AS dropped,
+    0 AS deferred,
+    0 AS dead,
+    0 AS verified,
+    0 AS split,
+    0 AS failed,
+    0 AS abandoned,
+    0 AS superseded,
+    0 AS cost_cents,
+    0 AS estimated_cents,
+    0 AS agents,
+    wl_pending_peaks.peak_live
+   FROM wl_pending_peaks;
+
+-- view: wl_daily_tallies_now
+CREATE VIEW wl_daily_tallies_now AS
+ SELECT wl_daily_tallies.day,
+    wl_daily_tallies.domain,
+    wl_daily_tallies.migrated,
+    wl_daily_tallies.dropped,
+    wl_daily_tallies.deferred,
+    wl_daily_tallies.dead,
+    wl_daily_tallies.verified,
+    wl_daily_tallies.split,
+    wl_daily_tallies.failed,
+    wl_daily_tallies.abandoned,
+    wl_daily_tallies.superseded,
+    wl_daily_tallies.cost_cents,
+    wl_daily_tallies.estimated_cents,
+    wl_daily_tallies.agents,
+    wl_daily_tallies.peak_live
+   FROM wl_daily_tallies
+UNION ALL
+ SELECT wl_pending_daily_tallies.day,
+    wl_pending_daily_tallies.domain,
+    wl_pending_daily_tallies.migrated,
+    wl_pending_daily_tallies.dropped,
+    wl_pending_daily_tallies.deferred,
+    wl_pending_daily_tallies.dead,
+    wl_pending_daily_tallies.verified,
+    wl_pending_daily_tallies.split,
+    wl_pending_daily_tallies.failed,
+    wl_pending_daily_tallies.abandoned,
+    wl_pending_daily_tallies.superseded,
+    wl_pending_daily_tallies.cost_cents,
+    wl_pending_daily_tallies.estimated_cents,
+    wl_pending_daily_tallies.agents,
+    wl_pending_daily_tallies.peak_live
+   FROM wl_pending_daily_tallies;
+
+-- view: v_daily
+-- (from 0023_keep_the_programs_course:)
+-- v_daily: per UTC day and domain, and '(all)' (the domains' sums; its agents and peak
+-- are its own: an agent in two domains is one agent, and peaks do not add).
+CREATE VIEW v_daily WITH (security_barrier='true') AS
+ WITH per AS (
+         SELECT wl_daily_tallies_now.day,
+            wl_daily_tallies_now.domain,
+            sum(wl_daily_tallies_now.migrated) AS migrated,
+            sum(wl_daily_tallies_now.dropped) AS dropped,
+            sum(wl_daily_tallies_now.deferred) AS deferred,
+            sum(wl_daily_tallies_now.dead) AS dead,
+            sum(wl_daily_tallies_now.verified) AS verified,
+            sum(wl_daily_tallies_now.split) AS split,
+            sum(wl_daily_tallies_now.failed) AS failed,
+            sum(wl_daily_tallies_now.abandoned) AS abandoned,
+            sum(wl_daily_tallies_now.superseded) AS superseded,
+            sum(wl_daily_tallies_now.cost_cents) AS cost_cents,
+            sum(wl_daily_tallies_now.estimated_cents) AS estimated_cents,
+            sum(wl_daily_tallies_now.agents) AS agents,
+            max(wl_daily_tallies_now.peak_live) AS peak_live
+           FROM wl_daily_tallies_now
+          GROUP BY wl_daily_tallies_now.day, wl_daily_tallies_now.domain
+        ), scoped AS (
+         SELECT per.day,
+            per.domain,
+            per.migrated,
+            per.dropped,
+            per.deferred,
+            per.dead,
+            per.verified,
+            per.split,
+            per.failed,
+            per.abandoned,
+            per.superseded,
+            per.cost_cents,
+            per.estimated_cents,
+            per.agents,
+            per.peak_live
+           FROM per
+          WHERE (per.domain <> '(all)'::text)
+        UNION ALL
+         SELECT per.day,
+            '(all)'::text,
+            sum(per.migrated) FILTER (WHERE (per.domain <> '(all)'::text)) AS sum,
+            sum(per.dropped) FILTER (WHERE (per.domain <> '(all)'::text)) AS sum,
+            sum(per.deferred) FILTER (WHERE (per.domain <> '(all)'::text)) AS sum,
+            sum(per.dead) FILTER (WHERE (per.domain <> '(all)'::text)) AS sum,
+            sum(per.verified) FILTER (WHERE (per.domain <> '(all)'::text)) AS sum,
+            sum(per.split) FILTER (WHERE (per.domain <> '(all)'::text)) AS sum,
+            sum(per.failed) FILTER (WHERE (per.domain <> '(all)'::text)) AS sum,
+            sum(per.abandoned) FILTER (WHERE (per.domain <> '(all)'::text)) AS sum,
+            sum(per.superseded) FILTER (WHERE (per.domain <> '(all)'::text)) AS sum,
+            sum(per.cost_cents) FILTER (WHERE (per.domain <> '(all)'::text)) AS sum,
+            sum(per.estimated_cents) FILTER (WHERE (per.domain <> '(all)'::text)) AS sum,
+            sum(per.agents) FILTER (WHERE (per.domain = '(all)'::text)) AS sum,
+            max(per.peak_live) FILTER (WHERE (per.domain = '(all)'::text)) AS max
+           FROM per
+          GROUP BY per.day
+        )
+ SELECT day,
+    domain,
+    (COALESCE(migrated, (0)::numeric))::bigint AS migrated,
+    (COALESCE(dropped, (0)::numeric))::bigint AS dropped,
+    (COALESCE(deferred, (0)::numeric))::bigint AS deferred,
+    (COALESCE(dead, (0)::numeric))::bigint AS dead,
+    (COALESCE((((migrated + dropped) + deferred) + dead), (0)::numeric))::bigint AS disposed,
+    (COALESCE(verified, (0)::numeric))::bigint AS verified,
+    (COALESCE(split, (0)::numeric))::bigint AS split,
+    (COALESCE(failed, (0)::numeric))::bigint AS failed,
+    (COALESCE(abandoned, (0)::numeric))::bigint AS abandoned,
+    (COALESCE(superseded, (0)::numeric))::bigint AS superseded,
+    (COALESCE(cost_cents, (0)::numeric))::bigint AS cost_cents,
+    (COALESCE(estimated_cents, (0)::numeric))::bigint AS estimated_cents,
+    (COALESCE(agents, (0)::numeric))::bigint AS agents,
+    peak_live
+   FROM scoped;
+
+-- comment: VIEW v_daily
+COMMENT ON VIEW v_daily IS 'Per UTC day and domain (and ''(all)''): units disposed by disposition, attempts ended by outcome, cost recorded that day (cents, and the estimated part), agents that held a unit, peak live units (null for a day no change was counted on, as after a rebuild). Kept summaries, exact whenever read.';
 
 -- table: wl_disposed_links
 -- (from 0012_keep_read_summaries:)
@@ -2027,6 +2979,202 @@ CREATE VIEW v_disposition_summary WITH (security_barrier='true') AS
 
 -- comment: VIEW v_disposition_summary
 COMMENT ON VIEW v_disposition_summary IS 'The kill-gate table: per disposition (MIGRATED, DROPPED, DEFERRED, DEAD), per domain and in total (scope total lists all four, zero or not): how many units, their attempts and cost, how many carry no evidence, how many distinct evidence links (evidence_url_count) and the first 20 of them, sorted (evidence_urls). Read from tallies kept by trigger in the statement that changes a unit.';
+
+-- view: v_forecast
+-- (from 0023_keep_the_programs_course:)
+-- v_forecast: per domain and '(all)', at the pace of the 28 UTC days before today (zero
+-- days counted; history from the scope's first disposal; fewer than 7 days: nulls).
+CREATE VIEW v_forecast WITH (security_barrier='true') AS
+ WITH today AS (
+         SELECT wl_utc_day(now()) AS d
+        ), per_domain AS (
+         SELECT wl_unit_tallies_now.domain,
+            sum(wl_unit_tallies_now.units) FILTER (WHERE (wl_unit_tallies_now.state <> ALL (ARRAY['done'::work_state, 'abandoned'::work_state]))) AS open_units,
+            min(wl_unit_tallies_now.first_disposed_at) AS first_disposed_at
+           FROM wl_unit_tallies_now
+          GROUP BY wl_unit_tallies_now.domain
+         HAVING (sum(wl_unit_tallies_now.units) <> (0)::numeric)
+        ), scopes AS (
+         SELECT per_domain.domain,
+            (COALESCE(per_domain.open_units, (0)::numeric))::bigint AS open_units,
+            wl_utc_day(per_domain.first_disposed_at) AS first_day
+           FROM per_domain
+        UNION ALL
+         SELECT '(all)'::text,
+            (COALESCE(sum(per_domain.open_units), (0)::numeric))::bigint AS "coalesce",
+            wl_utc_day(min(per_domain.first_disposed_at)) AS wl_utc_day
+           FROM per_domain
+        ), window_days AS (
+         SELECT t.day,
+            t.domain,
+            sum((((t.migrated + t.dropped) + t.deferred) + t.dead)) AS disposed,
+            sum(t.cost_cents) AS cost_cents
+           FROM wl_daily_tallies_now t,
+            today
+          WHERE ((t.day >= (today.d - 28)) AND (t.day < today.d) AND (t.domain <> '(all)'::text))
+          GROUP BY t.day, t.domain
+        ), windowed AS (
+         SELECT window_days.day,
+            window_days.domain,
+            window_days.disposed,
+            window_days.cost_cents
+           FROM window_days
+        UNION ALL
+         SELECT window_days.day,
+            '(all)'::text,
+            sum(window_days.disposed) AS sum,
+            sum(window_days.cost_cents) AS sum
+           FROM window_days
+          GROUP BY window_days.day
+        ), series AS (
+         SELECT s.domain,
+            (g.day)::date AS day,
+            COALESCE(w.disposed, (0)::numeric) AS disposed,
+            COALESCE(w.cost_cents, (0)::numeric) AS cost_cents
+           FROM (((scopes s
+             CROSS JOIN today)
+             CROSS JOIN LATERAL generate_series((GREATEST((today.d - 28), s.first_day))::timestamp without time zone, ((today.d - 1))::timestamp without time zone, '1 day'::interval) g(day))
+             LEFT JOIN windowed w ON (((w.domain = s.domain) AND (w.day = (g.day)::date))))
+        ), stats AS (
+         SELECT series.domain,
+            count(*) AS history_days,
+            percentile_cont((0.5)::double precision) WITHIN GROUP (ORDER BY ((series.disposed)::double precision)) AS p50,
+            percentile_cont((0.15)::double precision) WITHIN GROUP (ORDER BY ((series.disposed)::double precision)) AS p15,
+            sum(series.disposed) AS disposed,
+            sum(series.cost_cents) AS cost_cents,
+            sum(series.disposed) FILTER (WHERE (series.day >= (( SELECT today.d
+                   FROM today) - 7))) AS disposed_7d
+           FROM series
+          GROUP BY series.domain
+        ), figures AS (
+         SELECT s.domain,
+            s.open_units,
+            s.first_day,
+            ( SELECT today.d
+                   FROM today) AS today,
+            COALESCE(x.history_days, (0)::bigint) AS history_days,
+            COALESCE(x.disposed_7d, (0)::numeric) AS disposed_7d,
+            COALESCE(x.disposed, (0)::numeric) AS disposed_28d,
+            COALESCE(x.cost_cents, (0)::numeric) AS cost_28d,
+            x.p50,
+            x.p15,
+            (COALESCE(x.history_days, (0)::bigint) >= 7) AS enough
+           FROM (scopes s
+             LEFT JOIN stats x USING (domain))
+        ), days AS (
+         SELECT f.domain,
+            f.open_units,
+            f.first_day,
+            f.today,
+            f.history_days,
+            f.disposed_7d,
+            f.disposed_28d,
+            f.cost_28d,
+            f.p50,
+            f.p15,
+            f.enough,
+                CASE
+                    WHEN (f.enough AND (f.p50 > (0)::double precision)) THEN (ceil(((f.open_units)::double precision / f.p50)))::integer
+                    ELSE NULL::integer
+                END AS days_p50,
+                CASE
+                    WHEN (f.enough AND (f.p15 > (0)::double precision)) THEN (ceil(((f.open_units)::double precision / f.p15)))::integer
+                    ELSE NULL::integer
+                END AS days_p85
+           FROM figures f
+        )
+ SELECT domain,
+    open_units,
+    round((disposed_7d / 7.0), 2) AS disposed_per_day_7d,
+    round((disposed_28d / 28.0), 2) AS disposed_per_day_28d,
+    (disposed_7d)::bigint AS disposed_7d,
+    (disposed_28d)::bigint AS disposed_28d,
+    (cost_28d)::bigint AS cost_28d_cents,
+    (history_days)::integer AS history_days,
+        CASE
+            WHEN enough THEN p50
+            ELSE NULL::double precision
+        END AS p50_per_day,
+        CASE
+            WHEN enough THEN p15
+            ELSE NULL::double precision
+        END AS p15_per_day,
+    days_p50,
+    days_p85,
+    (today + days_p50) AS date_p50,
+    (today + days_p85) AS date_p85,
+        CASE
+            WHEN (enough AND (disposed_28d > (0)::numeric)) THEN (ceil((((open_units)::numeric * cost_28d) / disposed_28d)))::bigint
+            ELSE NULL::bigint
+        END AS spend_p50_cents,
+        CASE
+            WHEN (first_day IS NULL) THEN 'no unit disposed yet: the forecast needs 7 days of history from the first disposal'::text
+            WHEN (NOT enough) THEN format('%s of 7 days of history since the first disposal on %s: %s more needed'::text, history_days, first_day, (7 - history_days))
+            WHEN (p50 = (0)::double precision) THEN format('the median day of the last %s disposed nothing: no date at this pace'::text, history_days)
+            WHEN (p15 = (0)::double precision) THEN format('the 15th percentile day of the last %s disposed nothing: no P85 date'::text, history_days)
+            WHEN (history_days < 28) THEN format('the %s days since the first disposal on %s'::text, history_days, first_day)
+            ELSE 'the last 28 days'::text
+        END AS basis
+   FROM days;
+
+-- comment: VIEW v_forecast
+COMMENT ON VIEW v_forecast IS 'Per domain and ''(all)'': open units and when they are done at the pace of the 28 UTC days before today (days with no disposal count as 0; history from the scope''s first disposal; fewer than 7 days: nulls, and basis says why). days_p50 = ceil(open / median daily disposals), days_p85 = ceil(open / 15th percentile), percentile_cont; spend_p50_cents = ceil(open x the window''s cost / its disposed units).';
+
+-- view: v_held_back
+-- (from 0022_steer_the_fleet:)
+-- Why each ready unit held back by a control is not claimed (DESIGN §13): paused and
+-- capped scopes, and held keys, one row per reason. Budgets are in v_budget.
+CREATE VIEW v_held_back WITH (security_barrier='true') AS
+ WITH live AS (
+         SELECT c.fleet,
+            c.domain,
+            count(u.id) AS live
+           FROM (controls c
+             LEFT JOIN work_units u ON (((u.state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state])) AND (u.fleet = c.fleet) AND ((c.domain IS NULL) OR (u.domain = c.domain)))))
+          GROUP BY c.fleet, c.domain
+        )
+ SELECT c.fleet,
+    c.domain,
+    'paused'::text AS kind,
+    NULL::text AS key,
+    count(u.id) AS ready_units,
+    c.pause_reason AS reason,
+    c.max_live,
+    l.live
+   FROM ((controls c
+     JOIN live l ON (((l.fleet = c.fleet) AND (NOT (l.domain IS DISTINCT FROM c.domain)))))
+     JOIN work_units u ON (((u.state = 'ready'::work_state) AND (u.fleet = c.fleet) AND ((c.domain IS NULL) OR (u.domain = c.domain)))))
+  WHERE c.paused
+  GROUP BY c.fleet, c.domain, c.pause_reason, c.max_live, l.live
+UNION ALL
+ SELECT c.fleet,
+    c.domain,
+    'cap'::text AS kind,
+    NULL::text AS key,
+    count(u.id) AS ready_units,
+    c.reason,
+    c.max_live,
+    l.live
+   FROM ((controls c
+     JOIN live l ON (((l.fleet = c.fleet) AND (NOT (l.domain IS DISTINCT FROM c.domain)))))
+     JOIN work_units u ON (((u.state = 'ready'::work_state) AND (u.fleet = c.fleet) AND ((c.domain IS NULL) OR (u.domain = c.domain)))))
+  WHERE ((c.max_live IS NOT NULL) AND (l.live >= c.max_live))
+  GROUP BY c.fleet, c.domain, c.reason, c.max_live, l.live
+UNION ALL
+ SELECT u.fleet,
+    u.domain,
+    'exclusive'::text AS kind,
+    h.key,
+    count(DISTINCT u.id) AS ready_units,
+    NULL::text AS reason,
+    NULL::integer AS max_live,
+    NULL::bigint AS live
+   FROM (held_keys h
+     JOIN work_units u ON (((u.state = 'ready'::work_state) AND (u.exclusive @> ARRAY[h.key]))))
+  GROUP BY u.fleet, u.domain, h.key;
+
+-- comment: VIEW v_held_back
+COMMENT ON VIEW v_held_back IS 'Ready units a claim skips now because of a control, by scope and reason: paused, cap (live at max_live), exclusive (a key another unit holds).';
 
 -- view: v_most_attempted_units
 CREATE VIEW v_most_attempted_units WITH (security_barrier='true') AS
@@ -2558,12 +3706,41 @@ CREATE VIEW wl_rework_tallies_scan AS
   WHERE (attempt_count > 1)
   GROUP BY domain;
 
+-- view: wl_running_agents_today
+-- (from 0023_keep_the_programs_course:)
+-- The running attempts' agents, today: a claim noted its first day, its end will note
+-- every day it ran, and each fold notes today, so a day an attempt runs through is kept
+-- by that day's folds (serve folds every second). Read by the fold only: per read it would
+-- join every running attempt to its unit. Few rows (one live claim per agent), from the
+-- partial index of running attempts.
+CREATE VIEW wl_running_agents_today AS
+ SELECT wl_utc_day(now()) AS day,
+    u.domain,
+    a.agent_id
+   FROM (work_unit_attempts a
+     JOIN work_units u ON ((u.id = a.unit_id)))
+  WHERE (a.outcome IS NULL);
+
 -- table: wl_schema_migrations
 CREATE TABLE wl_schema_migrations (
     version integer NOT NULL,
     name text NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
+
+-- sequence: wl_unit_changes_seq
+-- (from 0023_keep_the_programs_course:)
+-- The guard's and the insert trigger's INSERTs name 17 columns by position: the two new
+-- columns take their defaults, so neither function changes.
+CREATE SEQUENCE wl_unit_changes_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+-- sequence owned by: wl_unit_changes_seq
+ALTER SEQUENCE wl_unit_changes_seq OWNED BY wl_unit_changes.seq;
 
 -- view: wl_unit_tallies_scan
 -- (from 0012_keep_read_summaries:)
@@ -2610,6 +3787,9 @@ ALTER TABLE work_unit_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+-- default: wl_unit_changes seq
+ALTER TABLE ONLY wl_unit_changes ALTER COLUMN seq SET DEFAULT nextval('wl_unit_changes_seq'::regclass);
+
 -- ===== Constraints =====
 
 -- constraint: work_units work_units_pkey
@@ -2627,6 +3807,10 @@ CREATE FUNCTION wl_attempt_limit_question(target uuid, ending uuid, ending_outco
     RETURN (SELECT format('Unit %s has failed %s of its %s allowed attempts, so the ledger stopped claiming it. Attempts: %s. Answer to allow %s more attempts (POST /units/%s/unblock), or dispose it DEAD, DEFERRED or DROPPED.'::text, u.external_ref, (u.failed_attempts + 1), u.attempts_allowed, string_agg(format('#%s %s by %s (%s)'::text, a.attempt_no, CASE WHEN (a.id = wl_attempt_limit_question.ending) THEN wl_attempt_limit_question.ending_outcome ELSE a.outcome END, a.agent_id, CASE WHEN (a.id = wl_attempt_limit_question.ending) THEN COALESCE(wl_attempt_limit_question.ending_reason, 'no reason given'::text) ELSE COALESCE((SELECT (e.detail ->> 'reason'::text) FROM work_unit_events e WHERE ((e.unit_id = a.unit_id) AND (e.attempt_id = a.id) AND (e.event_type = 'released'::work_event_type)) LIMIT 1), CASE a.outcome WHEN 'superseded'::attempt_outcome THEN 'its lease lapsed'::text ELSE 'no reason given'::text END) END), '; '::text ORDER BY a.attempt_no), u.max_attempts, u.external_ref) AS format FROM (work_units u JOIN work_unit_attempts a ON (((a.unit_id = u.id) AND ((a.id = wl_attempt_limit_question.ending) OR (a.outcome = ANY (ARRAY['failed'::attempt_outcome, 'abandoned'::attempt_outcome, 'superseded'::attempt_outcome])))))) WHERE (u.id = wl_attempt_limit_question.target) GROUP BY u.id);
 
 -- ===== Constraints =====
+
+-- constraint: attempt_model_spend attempt_model_spend_key
+ALTER TABLE ONLY attempt_model_spend
+    ADD CONSTRAINT attempt_model_spend_key PRIMARY KEY (attempt_id, model);
 
 -- constraint: work_unit_attempts attempt_no_unique_per_unit
 ALTER TABLE ONLY work_unit_attempts
@@ -2648,9 +3832,25 @@ ALTER TABLE ONLY budgets
 ALTER TABLE ONLY budgets
     ADD CONSTRAINT budgets_pkey PRIMARY KEY (id);
 
+-- constraint: control_events control_events_pkey
+ALTER TABLE ONLY control_events
+    ADD CONSTRAINT control_events_pkey PRIMARY KEY (id);
+
+-- constraint: controls controls_scope_unique
+ALTER TABLE ONLY controls
+    ADD CONSTRAINT controls_scope_unique UNIQUE NULLS NOT DISTINCT (fleet, domain);
+
 -- constraint: cost_records cost_records_pkey
 ALTER TABLE ONLY cost_records
     ADD CONSTRAINT cost_records_pkey PRIMARY KEY (id);
+
+-- constraint: wl_daily_agents daily_agents_key
+ALTER TABLE ONLY wl_daily_agents
+    ADD CONSTRAINT daily_agents_key PRIMARY KEY (day, domain, agent_id);
+
+-- constraint: wl_daily_tallies daily_tallies_key
+ALTER TABLE ONLY wl_daily_tallies
+    ADD CONSTRAINT daily_tallies_key PRIMARY KEY (day, domain);
 
 -- constraint: wl_disposed_links disposed_links_key
 ALTER TABLE ONLY wl_disposed_links
@@ -2659,6 +3859,10 @@ ALTER TABLE ONLY wl_disposed_links
 -- constraint: fleet_spend fleet_spend_key
 ALTER TABLE ONLY fleet_spend
     ADD CONSTRAINT fleet_spend_key PRIMARY KEY (fleet, shard);
+
+-- constraint: held_keys held_keys_pkey
+ALTER TABLE ONLY held_keys
+    ADD CONSTRAINT held_keys_pkey PRIMARY KEY (key);
 
 -- constraint: wl_link_tallies link_tallies_key
 ALTER TABLE ONLY wl_link_tallies
@@ -2688,9 +3892,17 @@ ALTER TABLE ONLY wl_rework_tallies
 ALTER TABLE ONLY scope_spend
     ADD CONSTRAINT scope_spend_key PRIMARY KEY (fleet, domain, shard);
 
+-- constraint: telemetry_records telemetry_record_once
+ALTER TABLE ONLY telemetry_records
+    ADD CONSTRAINT telemetry_record_once PRIMARY KEY (attempt_id, record_key);
+
 -- constraint: temporal_follow_checkpoints temporal_follow_checkpoints_pkey
 ALTER TABLE ONLY temporal_follow_checkpoints
     ADD CONSTRAINT temporal_follow_checkpoints_pkey PRIMARY KEY (namespace);
+
+-- check constraint: work_units unit_exclusive_keys_bounded
+ALTER TABLE work_units
+    ADD CONSTRAINT unit_exclusive_keys_bounded CHECK (((exclusive IS NULL) OR wl_exclusive_keys_ok(exclusive))) NOT VALID;
 
 -- constraint: work_units unit_external_ref_unique
 ALTER TABLE ONLY work_units
@@ -2866,6 +4078,9 @@ CREATE OR REPLACE VIEW wl_unit_earlier_attempts AS
 
 -- ===== Triggers =====
 
+-- trigger: attempt_model_spend attempt_model_spend_settled
+CREATE TRIGGER attempt_model_spend_settled BEFORE INSERT OR UPDATE ON attempt_model_spend FOR EACH ROW EXECUTE FUNCTION wl_settle_model_spend();
+
 -- trigger: work_unit_attempts attempt_outcome_final
 CREATE TRIGGER attempt_outcome_final BEFORE UPDATE ON work_unit_attempts FOR EACH ROW EXECUTE FUNCTION wl_guard_attempt_change();
 
@@ -2890,6 +4105,15 @@ CREATE TRIGGER blocking_questions_notify_routed AFTER UPDATE OF external_task_id
 -- trigger: budget_caps budget_caps_append_only
 CREATE TRIGGER budget_caps_append_only BEFORE DELETE OR UPDATE ON budget_caps FOR EACH ROW EXECUTE FUNCTION wl_refuse_rewrite('budget_caps_append_only');
 
+-- trigger: control_events control_events_append_only
+CREATE TRIGGER control_events_append_only BEFORE DELETE OR UPDATE ON control_events FOR EACH ROW EXECUTE FUNCTION wl_refuse_rewrite('control_events_append_only');
+
+-- trigger: control_events control_events_append_only_truncate
+CREATE TRIGGER control_events_append_only_truncate BEFORE TRUNCATE ON control_events FOR EACH STATEMENT EXECUTE FUNCTION wl_refuse_rewrite('control_events_append_only');
+
+-- trigger: controls controls_notify_opened
+CREATE TRIGGER controls_notify_opened AFTER UPDATE ON controls FOR EACH ROW WHEN (((old.paused AND (NOT new.paused)) OR ((new.max_live IS NULL) AND (old.max_live IS NOT NULL)) OR (new.max_live > old.max_live))) EXECUTE FUNCTION wl_notify_controls();
+
 -- trigger: cost_records cost_by_model_on_record
 CREATE TRIGGER cost_by_model_on_record AFTER INSERT ON cost_records FOR EACH ROW EXECUTE FUNCTION wl_tally_cost_record();
 
@@ -2902,11 +4126,19 @@ CREATE TRIGGER cost_records_append_only BEFORE DELETE OR UPDATE ON cost_records 
 -- trigger: cost_records cost_records_append_only_truncate
 CREATE TRIGGER cost_records_append_only_truncate BEFORE TRUNCATE ON cost_records FOR EACH STATEMENT EXECUTE FUNCTION wl_refuse_rewrite('cost_records_append_only');
 
+-- trigger: work_unit_attempts daily_on_attempt_start
+CREATE TRIGGER daily_on_attempt_start AFTER INSERT ON work_unit_attempts FOR EACH ROW EXECUTE FUNCTION wl_note_attempt_started();
+
 -- trigger: work_unit_events events_append_only
 CREATE TRIGGER events_append_only BEFORE DELETE OR UPDATE ON work_unit_events FOR EACH ROW EXECUTE FUNCTION wl_refuse_rewrite('events_append_only');
 
 -- trigger: work_unit_events events_append_only_truncate
 CREATE TRIGGER events_append_only_truncate BEFORE TRUNCATE ON work_unit_events FOR EACH STATEMENT EXECUTE FUNCTION wl_refuse_rewrite('events_append_only');
+
+-- trigger: held_keys held_keys_never_truncated
+-- (from 0022_steer_the_fleet:)
+-- Only the trigger changes it row by row; emptying it at once would free every key.
+CREATE TRIGGER held_keys_never_truncated BEFORE TRUNCATE ON held_keys FOR EACH STATEMENT EXECUTE FUNCTION wl_refuse_rewrite('held_keys_kept_by_trigger');
 
 -- trigger: blocking_questions question_routed_once
 CREATE TRIGGER question_routed_once BEFORE UPDATE OF external_task_id ON blocking_questions FOR EACH ROW EXECUTE FUNCTION wl_guard_question_route();
@@ -2923,6 +4155,9 @@ CREATE TRIGGER questions_never_deleted_truncate BEFORE TRUNCATE ON blocking_ques
 -- trigger: work_units read_summaries_on_insert
 CREATE TRIGGER read_summaries_on_insert AFTER INSERT ON work_units REFERENCING NEW TABLE AS new_units FOR EACH STATEMENT EXECUTE FUNCTION wl_note_units_inserted();
 
+-- trigger: work_units read_summaries_recount_daily_on_move
+CREATE TRIGGER read_summaries_recount_daily_on_move AFTER UPDATE OF domain ON work_units FOR EACH ROW WHEN ((old.domain IS DISTINCT FROM new.domain)) EXECUTE FUNCTION wl_recount_daily_domains();
+
 -- trigger: work_units read_summaries_refold_disposed_move
 CREATE TRIGGER read_summaries_refold_disposed_move AFTER UPDATE ON work_units FOR EACH ROW WHEN (((old.disposed_at IS NOT NULL) AND (((old.domain IS DISTINCT FROM new.domain) OR (old.state IS DISTINCT FROM new.state)) OR (old.disposition IS DISTINCT FROM new.disposition)))) EXECUTE FUNCTION wl_refold_disposed_move();
 
@@ -2937,6 +4172,12 @@ CREATE TRIGGER requirements_never_deleted BEFORE DELETE ON unit_requirements FOR
 
 -- trigger: unit_requirements requirements_never_deleted_truncate
 CREATE TRIGGER requirements_never_deleted_truncate BEFORE TRUNCATE ON unit_requirements FOR EACH STATEMENT EXECUTE FUNCTION wl_refuse_rewrite('requirements_never_deleted');
+
+-- trigger: telemetry_records telemetry_records_append_only
+CREATE TRIGGER telemetry_records_append_only BEFORE DELETE OR UPDATE ON telemetry_records FOR EACH ROW EXECUTE FUNCTION wl_refuse_rewrite('telemetry_records_append_only');
+
+-- trigger: telemetry_records telemetry_records_append_only_truncate
+CREATE TRIGGER telemetry_records_append_only_truncate BEFORE TRUNCATE ON telemetry_records FOR EACH STATEMENT EXECUTE FUNCTION wl_refuse_rewrite('telemetry_records_append_only');
 
 -- trigger: temporal_follow_checkpoints temporal_follow_checkpoint_only_advances
 CREATE TRIGGER temporal_follow_checkpoint_only_advances BEFORE UPDATE ON temporal_follow_checkpoints FOR EACH ROW EXECUTE FUNCTION wl_checkpoint_only_advances();
@@ -2982,13 +4223,32 @@ CREATE TRIGGER units_never_deleted BEFORE DELETE ON work_units FOR EACH ROW EXEC
 -- trigger: work_units units_never_deleted_truncate
 CREATE TRIGGER units_never_deleted_truncate BEFORE TRUNCATE ON work_units FOR EACH STATEMENT EXECUTE FUNCTION wl_refuse_rewrite('units_never_deleted');
 
+-- trigger: work_units work_units_admit_claim
+CREATE TRIGGER work_units_admit_claim BEFORE UPDATE OF state, claimed_by ON work_units FOR EACH ROW WHEN (((new.state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state])) AND ((old.state <> ALL (ARRAY['claimed'::work_state, 'in_progress'::work_state, 'blocked'::work_state])) OR (old.claimed_by IS DISTINCT FROM new.claimed_by)))) EXECUTE FUNCTION wl_admit_unit();
+
+-- trigger: work_units work_units_admit_inserted
+CREATE TRIGGER work_units_admit_inserted BEFORE INSERT ON work_units FOR EACH ROW WHEN ((new.state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state]))) EXECUTE FUNCTION wl_admit_unit();
+
+-- trigger: work_units work_units_hold_keys
+CREATE TRIGGER work_units_hold_keys AFTER UPDATE OF state, exclusive ON work_units FOR EACH ROW WHEN ((((old.exclusive IS NOT NULL) OR (new.exclusive IS NOT NULL)) AND (((old.state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state, 'blocked'::work_state])) IS DISTINCT FROM (new.state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state, 'blocked'::work_state]))) OR (old.exclusive IS DISTINCT FROM new.exclusive)))) EXECUTE FUNCTION wl_hold_keys();
+
+-- trigger: work_units work_units_hold_keys_inserted
+CREATE TRIGGER work_units_hold_keys_inserted AFTER INSERT ON work_units FOR EACH ROW WHEN (((new.exclusive IS NOT NULL) AND (new.state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state, 'blocked'::work_state])))) EXECUTE FUNCTION wl_hold_keys();
+
 -- trigger: work_units work_units_notify_ready
 CREATE TRIGGER work_units_notify_ready AFTER UPDATE OF state ON work_units FOR EACH ROW WHEN (((new.state = 'ready'::work_state) AND (old.state <> 'ready'::work_state))) EXECUTE FUNCTION wl_notify_claimable();
 
 -- trigger: work_units work_units_notify_registered
 CREATE TRIGGER work_units_notify_registered AFTER INSERT ON work_units FOR EACH ROW WHEN ((new.state = 'ready'::work_state)) EXECUTE FUNCTION wl_notify_claimable();
 
+-- trigger: work_units work_units_notify_slot_freed
+CREATE TRIGGER work_units_notify_slot_freed AFTER UPDATE OF state ON work_units FOR EACH ROW WHEN (((old.state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state])) AND (new.state <> ALL (ARRAY['claimed'::work_state, 'in_progress'::work_state])))) EXECUTE FUNCTION wl_notify_slot_freed();
+
 -- ===== Foreign keys =====
+
+-- fk constraint: attempt_model_spend attempt_model_spend_attempt_id_fkey
+ALTER TABLE ONLY attempt_model_spend
+    ADD CONSTRAINT attempt_model_spend_attempt_id_fkey FOREIGN KEY (attempt_id) REFERENCES work_unit_attempts(id);
 
 -- fk constraint: blocking_questions blocking_questions_attempt_id_fkey
 ALTER TABLE ONLY blocking_questions
@@ -3005,6 +4265,10 @@ ALTER TABLE ONLY cost_records
 -- fk constraint: cost_records cost_records_unit_id_fkey
 ALTER TABLE ONLY cost_records
     ADD CONSTRAINT cost_records_unit_id_fkey FOREIGN KEY (unit_id) REFERENCES work_units(id);
+
+-- fk constraint: telemetry_records telemetry_records_attempt_id_fkey
+ALTER TABLE ONLY telemetry_records
+    ADD CONSTRAINT telemetry_records_attempt_id_fkey FOREIGN KEY (attempt_id) REFERENCES work_unit_attempts(id);
 
 -- fk constraint: unit_requirements unit_requirements_prerequisite_id_fkey
 ALTER TABLE ONLY unit_requirements
@@ -3079,6 +4343,12 @@ REVOKE ALL ON FUNCTION pg_catalog.pg_try_advisory_lock_shared(bigint) FROM PUBLI
 
 -- acl: FUNCTION pg_try_advisory_lock_shared(integer, integer)
 REVOKE ALL ON FUNCTION pg_catalog.pg_try_advisory_lock_shared(integer, integer) FROM PUBLIC;
+
+-- acl: FUNCTION wl_daily_drift()
+REVOKE ALL ON FUNCTION wl_daily_drift() FROM PUBLIC;
+
+-- acl: FUNCTION wl_daily_scan(only_domains text[])
+REVOKE ALL ON FUNCTION wl_daily_scan(only_domains text[]) FROM PUBLIC;
 
 -- acl: FUNCTION wl_fold_read_summaries(min_rows integer)
 REVOKE ALL ON FUNCTION wl_fold_read_summaries(min_rows integer) FROM PUBLIC;
