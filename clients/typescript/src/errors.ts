@@ -74,6 +74,8 @@ export class IdempotencyKeyReused extends InvalidInput {}
 export class UnknownPrerequisite extends InvalidInput {}
 export class PrerequisiteCycle extends InvalidInput {}
 export class BadRequest extends InvalidInput {}
+/** A body its content type cannot decode (an OTLP export that is not OTLP). */
+export class MalformedBody extends InvalidInput {}
 export class Unauthorized extends WorkLedgerError {}
 export class Forbidden extends WorkLedgerError {}
 export class NotHolder extends Forbidden {}
@@ -111,6 +113,7 @@ export const ERROR_CLASSES: { readonly [K in ProblemCode]: ErrorClass } = {
   unknown_prerequisite: UnknownPrerequisite,
   prerequisite_cycle: PrerequisiteCycle,
   bad_request: BadRequest,
+  malformed_body: MalformedBody,
   unauthorized: Unauthorized,
   forbidden: Forbidden,
   not_holder: NotHolder,

@@ -14,5 +14,3 @@ export { paginate, type Page } from "./pages.js";
 export { METHODS, EXCLUDED_OPERATIONS } from "./methods.js";
 export { OPERATIONS, type OperationId } from "./generated/operations.gen.js";
 export type * from "./generated/types.gen.js";
-export type * from "./pending.js";
-export { PENDING_OPERATIONS } from "./pending.js";

@@ -6,15 +6,6 @@
 import type { CallOptions, WriteOptions } from "./client.js";
 import { Resource, ref } from "./calls.js";
 import type * as W from "./generated/types.gen.js";
-import type {
-  BulkIn,
-  BulkOut,
-  ControlEventOut,
-  ControlEventPage,
-  ControlsIn,
-  ControlsOut,
-  ControlsPage,
-} from "./pending.js";
 
 type Q<T extends { query?: unknown }> = NonNullable<T["query"]>;
 type Body<T extends { body?: unknown }> = NonNullable<T["body"]>;
@@ -240,31 +231,35 @@ export class Budgets extends Resource {
 
 export class Controls extends Resource {
   /** setControls: cap, pause or gate a fleet or one domain of it (operator). */
-  set(body: ControlsIn, options?: WriteOptions): Promise<ControlsOut> {
+  set(body: Body<W.SetControlsData>, options?: WriteOptions): Promise<W.SetControlsResponse> {
     return this.write("/controls", body, options);
   }
 
-  /** listControls */
-  list(options?: CallOptions): Promise<ControlsPage> {
+  /** listControls: every controlled scope, with its live and held units. */
+  list(options?: CallOptions): Promise<W.ListControlsResponse> {
     return this.read("/controls", {}, options);
   }
 
   /** listControlEvents: one page, newest first. */
   events(
-    query: { limit?: number; cursor?: string | null } = {},
+    query: Q<W.ListControlEventsData> = {},
     options?: CallOptions,
-  ): Promise<ControlEventPage> {
+  ): Promise<W.ListControlEventsResponse> {
     return this.read("/controls/events", query, options);
   }
 
-  iterEvents(query: { limit?: number } = {}, options?: CallOptions): AsyncGenerator<ControlEventOut> {
+  /** Every control event, following `next_cursor`. */
+  iterEvents(
+    query: Q<W.ListControlEventsData> = {},
+    options?: CallOptions,
+  ): AsyncGenerator<Item<W.ControlEventPage>> {
     return this.pages("/controls/events", query, options);
   }
 }
 
 export class Bulk extends Resource {
   /** bulkUnits: dispose or release by filter; a dry run unless `dry_run: false`. */
-  run(body: BulkIn, options?: WriteOptions): Promise<BulkOut> {
+  run(body: Body<W.BulkUnitsData>, options?: WriteOptions): Promise<W.BulkUnitsResponse> {
     return this.write("/units/bulk", body, options);
   }
 }

@@ -171,6 +171,146 @@ export type BudgetPage = {
 };
 
 /**
+ * BulkAction
+ */
+export type BulkAction = 'dispose' | 'release';
+
+/**
+ * BulkChangedOut
+ */
+export type BulkChangedOut = {
+    /**
+     * External Ref
+     */
+    external_ref: string;
+    from: State;
+    /**
+     * Id
+     */
+    id: string;
+    to: State;
+};
+
+/**
+ * BulkFilterIn
+ */
+export type BulkFilterIn = {
+    /**
+     * Domain
+     */
+    domain?: string | null;
+    /**
+     * External Ref Prefix
+     *
+     * Only units whose external_ref starts with this (no wildcards).
+     */
+    external_ref_prefix?: string | null;
+    /**
+     * Fleet
+     */
+    fleet: string;
+    /**
+     * Held By
+     *
+     * Only units this agent holds.
+     */
+    held_by?: string | null;
+    /**
+     * State
+     *
+     * Only units in these states.
+     */
+    state?: Array<State> | null;
+};
+
+/**
+ * BulkIn
+ */
+export type BulkIn = {
+    action: BulkAction;
+    /**
+     * dispose: the disposition (required); release: none.
+     */
+    disposition?: Disposition | null;
+    /**
+     * Dry Run
+     *
+     * true (the default): answer what would change, change nothing.
+     */
+    dry_run?: boolean;
+    filter: BulkFilterIn;
+    /**
+     * Limit
+     *
+     * At most this many units may match (any state); more is a 422 naming the count, and nothing changes.
+     */
+    limit?: number;
+    /**
+     * Reason
+     *
+     * Why these units change; every event of the run records it.
+     */
+    reason: string;
+};
+
+/**
+ * BulkOut
+ */
+export type BulkOut = {
+    /**
+     * Changed
+     */
+    changed: Array<BulkChangedOut>;
+    /**
+     * Dry Run
+     */
+    dry_run: boolean;
+    /**
+     * Matched
+     *
+     * How many units the filter matched, in any state.
+     */
+    matched: number;
+    /**
+     * Operation Id
+     *
+     * A real run's id, in each of its events' detail.bulk.operation; null for a dry run.
+     */
+    operation_id: string | null;
+    /**
+     * Skipped
+     */
+    skipped: Array<BulkSkippedOut>;
+};
+
+/**
+ * BulkSkippedOut
+ */
+export type BulkSkippedOut = {
+    /**
+     * External Ref
+     */
+    external_ref: string;
+    /**
+     * Id
+     */
+    id: string;
+    /**
+     * Reason
+     *
+     * Why it was skipped and what is allowed from its state.
+     */
+    reason: string;
+    /**
+     * Rule
+     *
+     * The ledger rule that keeps this unit as it is.
+     */
+    rule: string;
+    state: State;
+};
+
+/**
  * CancelIn
  */
 export type CancelIn = {
@@ -213,6 +353,172 @@ export type ClaimOut = {
 };
 
 /**
+ * ControlEventOut
+ */
+export type ControlEventOut = {
+    /**
+     * Actor
+     */
+    actor: string;
+    /**
+     * After
+     */
+    after: {
+        [key: string]: unknown;
+    };
+    /**
+     * Before
+     */
+    before: {
+        [key: string]: unknown;
+    } | null;
+    /**
+     * Created At
+     */
+    created_at: string;
+    /**
+     * Domain
+     */
+    domain: string | null;
+    /**
+     * Fleet
+     */
+    fleet: string;
+    /**
+     * Forced
+     */
+    forced: boolean;
+    /**
+     * Gate Figures
+     */
+    gate_figures: {
+        [key: string]: unknown;
+    } | null;
+    /**
+     * Id
+     */
+    id: number;
+    /**
+     * Reason
+     */
+    reason: string;
+};
+
+/**
+ * ControlEventPage
+ */
+export type ControlEventPage = {
+    /**
+     * Items
+     */
+    items: Array<ControlEventOut>;
+    /**
+     * Next Cursor
+     */
+    next_cursor: string | null;
+};
+
+/**
+ * ControlOut
+ */
+export type ControlOut = {
+    /**
+     * Domain
+     */
+    domain: string | null;
+    /**
+     * Drained
+     */
+    drained: boolean;
+    /**
+     * Fleet
+     */
+    fleet: string;
+    /**
+     * Gate
+     */
+    gate: {
+        [key: string]: unknown;
+    } | null;
+    /**
+     * Held
+     */
+    held: number;
+    /**
+     * Live
+     */
+    live: number;
+    /**
+     * Max Live
+     */
+    max_live: number | null;
+    /**
+     * Pause Reason
+     */
+    pause_reason: string | null;
+    /**
+     * Paused
+     */
+    paused: boolean;
+    /**
+     * Paused Since
+     */
+    paused_since: string | null;
+    /**
+     * Reason
+     */
+    reason: string;
+    /**
+     * Updated At
+     */
+    updated_at: string;
+};
+
+/**
+ * ControlPage
+ */
+export type ControlPage = {
+    /**
+     * Items
+     */
+    items: Array<ControlOut>;
+};
+
+/**
+ * ControlsIn
+ *
+ * A field present changes, a field absent stays; `"max_live": null` removes the cap,
+ * `"gate": null` the gate.
+ */
+export type ControlsIn = {
+    /**
+     * Domain
+     */
+    domain?: string | null;
+    /**
+     * Fleet
+     */
+    fleet: string;
+    /**
+     * Force
+     */
+    force?: boolean;
+    gate?: GateIn | null;
+    /**
+     * Max Live
+     */
+    max_live?: number | null;
+    /**
+     * Paused
+     */
+    paused?: boolean | null;
+    /**
+     * Reason
+     */
+    reason: string;
+};
+
+/**
  * CostIn
  */
 export type CostIn = {
@@ -234,6 +540,12 @@ export type CostIn = {
      * The cents are a list-price estimate, not a bill.
      */
     estimated?: boolean;
+    /**
+     * Includes Telemetry
+     *
+     * The figures are a session's totals for `model` (Claude Code's result) that include what its telemetry already reported: only what they add above it is recorded. Needs `model`.
+     */
+    includes_telemetry?: boolean;
     /**
      * Input Tokens
      */
@@ -378,6 +690,20 @@ export type EventResultOut = {
 };
 
 /**
+ * GateIn
+ */
+export type GateIn = {
+    /**
+     * Last Attempts
+     */
+    last_attempts: number;
+    /**
+     * Max Failed Share
+     */
+    max_failed_share: number;
+};
+
+/**
  * Health
  */
 export type Health = {
@@ -440,6 +766,12 @@ export type NewChildIn = {
      */
     domain?: string | null;
     /**
+     * Exclusive
+     *
+     * The child's exclusion keys; absent: the parent's.
+     */
+    exclusive?: Array<string> | null;
+    /**
      * External Ref
      */
     external_ref: string;
@@ -459,6 +791,12 @@ export type NewUnitIn = {
      * Domain
      */
     domain?: string | null;
+    /**
+     * Exclusive
+     *
+     * Exclusion keys (a module, a path prefix, a table; compared exactly): two units sharing a key are never held at the same time.
+     */
+    exclusive?: Array<string>;
     /**
      * External Ref
      */
@@ -505,7 +843,7 @@ export type Problem = {
      *
      * The ledger's error code (snake_case).
      */
-    code: 'attempt_limit_reached' | 'attempt_superseded' | 'bad_request' | 'budget_exhausted' | 'external_ref_taken' | 'forbidden' | 'headers_too_large' | 'http_error' | 'idempotency_key_reused' | 'internal_error' | 'invalid_input' | 'invariant_violation' | 'method_not_allowed' | 'not_found' | 'not_holder' | 'payload_too_large' | 'prerequisite_cycle' | 'prerequisites_unfinished' | 'rate_limited' | 'unauthorized' | 'unavailable' | 'unknown_prerequisite' | 'unsupported_media_type' | 'work_ledger_error';
+    code: 'attempt_limit_reached' | 'attempt_superseded' | 'bad_request' | 'budget_exhausted' | 'cap_reached' | 'exclusive_key_held' | 'external_ref_taken' | 'forbidden' | 'headers_too_large' | 'http_error' | 'idempotency_key_reused' | 'internal_error' | 'invalid_input' | 'invariant_violation' | 'malformed_body' | 'method_not_allowed' | 'not_found' | 'not_holder' | 'paused' | 'payload_too_large' | 'prerequisite_cycle' | 'prerequisites_unfinished' | 'ramp_gate_closed' | 'rate_limited' | 'unauthorized' | 'unavailable' | 'unknown_prerequisite' | 'unsupported_media_type' | 'work_ledger_error';
     /**
      * Detail
      *
@@ -865,6 +1203,10 @@ export type UnitDetailOut = {
      */
     evidence_urls: Array<string>;
     /**
+     * Exclusive
+     */
+    exclusive?: Array<string>;
+    /**
      * External Ref
      */
     external_ref: string;
@@ -876,6 +1218,14 @@ export type UnitDetailOut = {
      * Fleet
      */
     fleet: string;
+    /**
+     * Held Back By
+     *
+     * Why a ready unit is skipped by a claim now, one object per reason: {"kind": "paused"|"cap"|"budget"|"exclusive", ...}; [] otherwise.
+     */
+    held_back_by?: Array<{
+        [key: string]: unknown;
+    }>;
     /**
      * Id
      */
@@ -969,6 +1319,10 @@ export type UnitOut = {
      * Evidence Urls
      */
     evidence_urls: Array<string>;
+    /**
+     * Exclusive
+     */
+    exclusive?: Array<string>;
     /**
      * External Ref
      */
@@ -1384,6 +1738,180 @@ export type SetBudgetResponses = {
 
 export type SetBudgetResponse = SetBudgetResponses[keyof SetBudgetResponses];
 
+export type ListControlsData = {
+    body?: never;
+    headers?: {
+        /**
+         * Act as a sub-agent: <principal>/<suffix>.
+         */
+        'X-WL-Agent'?: string;
+    };
+    path?: never;
+    query?: never;
+    url: '/controls';
+};
+
+export type ListControlsErrors = {
+    /**
+     * Missing, unknown or revoked token
+     */
+    401: Problem;
+    /**
+     * The token's role, or the unit's holder, forbids this
+     */
+    403: Problem;
+    /**
+     * Unknown unit, attempt or question
+     */
+    404: Problem;
+    /**
+     * Malformed input, or Idempotency-Key reused
+     */
+    422: Problem;
+    /**
+     * Too many failed authentications from this client (Retry-After)
+     */
+    429: Problem;
+    /**
+     * The database cannot be reached, or the server is at its connection cap: retry after Retry-After, on another replica if you have one
+     */
+    503: Problem;
+};
+
+export type ListControlsError = ListControlsErrors[keyof ListControlsErrors];
+
+export type ListControlsResponses = {
+    /**
+     * Successful Response
+     */
+    200: ControlPage;
+};
+
+export type ListControlsResponse = ListControlsResponses[keyof ListControlsResponses];
+
+export type SetControlsData = {
+    body: ControlsIn;
+    headers?: {
+        /**
+         * Act as a sub-agent: <principal>/<suffix>.
+         */
+        'X-WL-Agent'?: string;
+        /**
+         * Retry-safe writes: a replay returns the first outcome, unchanged.
+         */
+        'Idempotency-Key'?: string;
+    };
+    path?: never;
+    query?: never;
+    url: '/controls';
+};
+
+export type SetControlsErrors = {
+    /**
+     * Missing, unknown or revoked token
+     */
+    401: Problem;
+    /**
+     * The token's role, or the unit's holder, forbids this
+     */
+    403: Problem;
+    /**
+     * Unknown unit, attempt or question
+     */
+    404: Problem;
+    /**
+     * A ledger invariant refused it (names `invariant`: stop, do not retry), or the first request under this Idempotency-Key still runs (`invariant` idempotency_key_in_flight, with Retry-After: retry the same request)
+     */
+    409: Problem;
+    /**
+     * Request body over 1 MiB
+     */
+    413: Problem;
+    /**
+     * Malformed input, or Idempotency-Key reused
+     */
+    422: Problem;
+    /**
+     * Too many failed authentications from this client (Retry-After)
+     */
+    429: Problem;
+    /**
+     * The database cannot be reached, or the server is at its connection cap: retry after Retry-After, on another replica if you have one
+     */
+    503: Problem;
+};
+
+export type SetControlsError = SetControlsErrors[keyof SetControlsErrors];
+
+export type SetControlsResponses = {
+    /**
+     * Successful Response
+     */
+    200: ControlOut;
+};
+
+export type SetControlsResponse = SetControlsResponses[keyof SetControlsResponses];
+
+export type ListControlEventsData = {
+    body?: never;
+    headers?: {
+        /**
+         * Act as a sub-agent: <principal>/<suffix>.
+         */
+        'X-WL-Agent'?: string;
+    };
+    path?: never;
+    query?: {
+        /**
+         * Limit
+         */
+        limit?: number;
+        /**
+         * Cursor
+         */
+        cursor?: string | null;
+    };
+    url: '/controls/events';
+};
+
+export type ListControlEventsErrors = {
+    /**
+     * Missing, unknown or revoked token
+     */
+    401: Problem;
+    /**
+     * The token's role, or the unit's holder, forbids this
+     */
+    403: Problem;
+    /**
+     * Unknown unit, attempt or question
+     */
+    404: Problem;
+    /**
+     * Malformed input, or Idempotency-Key reused
+     */
+    422: Problem;
+    /**
+     * Too many failed authentications from this client (Retry-After)
+     */
+    429: Problem;
+    /**
+     * The database cannot be reached, or the server is at its connection cap: retry after Retry-After, on another replica if you have one
+     */
+    503: Problem;
+};
+
+export type ListControlEventsError = ListControlEventsErrors[keyof ListControlEventsErrors];
+
+export type ListControlEventsResponses = {
+    /**
+     * Successful Response
+     */
+    200: ControlEventPage;
+};
+
+export type ListControlEventsResponse = ListControlEventsResponses[keyof ListControlEventsResponses];
+
 export type ListEventsData = {
     body?: never;
     headers?: {
@@ -1488,6 +2016,61 @@ export type MetricsError = MetricsErrors[keyof MetricsErrors];
 export type MetricsResponses = {
     /**
      * Prometheus text
+     */
+    200: unknown;
+};
+
+export type ExportOtlpLogsData = {
+    body: {
+        [key: string]: unknown;
+    };
+    headers?: {
+        /**
+         * Act as a sub-agent: <principal>/<suffix>.
+         */
+        'X-WL-Agent'?: string;
+    };
+    path?: never;
+    query?: never;
+    url: '/otlp/v1/logs';
+};
+
+export type ExportOtlpLogsErrors = {
+    /**
+     * The body is not an OTLP logs request
+     */
+    400: Problem;
+    /**
+     * Missing, unknown or revoked token
+     */
+    401: Problem;
+    /**
+     * The token's role, or the unit's holder, forbids this
+     */
+    403: Problem;
+    /**
+     * Request body over 1 MiB
+     */
+    413: Problem;
+    /**
+     * Neither protobuf nor JSON
+     */
+    415: Problem;
+    /**
+     * Too many failed authentications from this client (Retry-After)
+     */
+    429: Problem;
+    /**
+     * The database cannot be reached, or the server is at its connection cap: retry after Retry-After, on another replica if you have one
+     */
+    503: Problem;
+};
+
+export type ExportOtlpLogsError = ExportOtlpLogsErrors[keyof ExportOtlpLogsErrors];
+
+export type ExportOtlpLogsResponses = {
+    /**
+     * ExportLogsServiceResponse, in the request's encoding; partialSuccess counts the records dropped
      */
     200: unknown;
 };
@@ -1997,6 +2580,69 @@ export type RegisterUnitsResponses = {
 };
 
 export type RegisterUnitsResponse = RegisterUnitsResponses[keyof RegisterUnitsResponses];
+
+export type BulkUnitsData = {
+    body: BulkIn;
+    headers?: {
+        /**
+         * Act as a sub-agent: <principal>/<suffix>.
+         */
+        'X-WL-Agent'?: string;
+        /**
+         * Retry-safe writes: a replay returns the first outcome, unchanged.
+         */
+        'Idempotency-Key'?: string;
+    };
+    path?: never;
+    query?: never;
+    url: '/units/bulk';
+};
+
+export type BulkUnitsErrors = {
+    /**
+     * Missing, unknown or revoked token
+     */
+    401: Problem;
+    /**
+     * The token's role, or the unit's holder, forbids this
+     */
+    403: Problem;
+    /**
+     * Unknown unit, attempt or question
+     */
+    404: Problem;
+    /**
+     * A ledger invariant refused it (names `invariant`: stop, do not retry), or the first request under this Idempotency-Key still runs (`invariant` idempotency_key_in_flight, with Retry-After: retry the same request)
+     */
+    409: Problem;
+    /**
+     * Request body over 1 MiB
+     */
+    413: Problem;
+    /**
+     * Malformed input, or Idempotency-Key reused
+     */
+    422: Problem;
+    /**
+     * Too many failed authentications from this client (Retry-After)
+     */
+    429: Problem;
+    /**
+     * The database cannot be reached, or the server is at its connection cap: retry after Retry-After, on another replica if you have one
+     */
+    503: Problem;
+};
+
+export type BulkUnitsError = BulkUnitsErrors[keyof BulkUnitsErrors];
+
+export type BulkUnitsResponses = {
+    /**
+     * Successful Response
+     */
+    200: BulkOut;
+};
+
+export type BulkUnitsResponse = BulkUnitsResponses[keyof BulkUnitsResponses];
 
 export type ClaimNextData = {
     body: ClaimIn;
