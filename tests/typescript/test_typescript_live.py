@@ -37,7 +37,8 @@ def _vitest() -> Path:
 async def test_typescript_client_live_scenarios(
     start_replicas: StartReplicas, database_url: str, raw: asyncpg.Connection, tmp_path: Path
 ) -> None:
-    """A unit's life, 16 racing claimers, a woken long-poll, triage, failover: all pass."""
+    """A unit's life, a cap and a bulk release, 16 racing claimers, a woken long-poll, triage,
+    failover: all seven pass."""
     vitest = _vitest()
     a, b = await start_replicas(2)
     home = tmp_path / "cli"
@@ -75,7 +76,7 @@ async def test_typescript_client_live_scenarios(
     report = out.decode(errors="replace")
     print(report)
     assert proc.returncode == 0, report
-    assert "6 passed" in report, report
+    assert "7 passed" in report, report
     # The database's own view of the race: each unit claimed by one attempt, and done.
     race = await raw.fetch(
         "SELECT attempt_count, state::text FROM work_units WHERE domain = 'race-live'"

@@ -4,7 +4,7 @@
  * passes their URLs and tokens minted with `work-ledger token create` in WL_LIVE_*.
  */
 import { describe, expect, test } from "vitest";
-import { InvariantViolation, WorkLedger, type Fetch } from "../../src/index.js";
+import { CapReached, InvariantViolation, WorkLedger, type Fetch } from "../../src/index.js";
 
 const env = process.env;
 const URLS = (env["WL_LIVE_URLS"] ?? "").split(",").filter(Boolean);
@@ -53,6 +53,37 @@ describe.skipIf(URLS.length < 2)("against two real replicas", { timeout: 120_000
     const again = await ag.units.dispose(ref, { disposition: "DEAD" }).catch((e: unknown) => e);
     expect(again).toBeInstanceOf(InvariantViolation);
     expect((again as InvariantViolation).allowed).toEqual([]);
+  });
+
+  test("a cap refuses a named claim, and a bulk release frees the fleet", async () => {
+    const fleet = `ts-flow-${RUN}`;
+    const op = operator();
+    const ag = agent("flow");
+    const refs = [`ts-${RUN}/flow-1`, `ts-${RUN}/flow-2`];
+    await op.units.register(refs.map((external_ref) => ({ external_ref, fleet, domain: "flow" })));
+    const capped = await op.controls.set({ fleet, max_live: 1, reason: "ramp: one at a time" });
+    expect([capped.max_live, capped.live]).toEqual([1, 0]);
+    await ag.claims.unit(refs[0]!);
+    const refused = await agent("flow-2")
+      .claims.unit(refs[1]!)
+      .catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(CapReached);
+    const listed = await op.controls.list();
+    expect(listed.items.find((c) => c.fleet === fleet)?.live).toBe(1);
+    const dry = await op.bulk.run({ filter: { fleet }, action: "release", reason: "bad model release" });
+    expect([dry.dry_run, dry.changed.map((c) => c.external_ref)]).toEqual([true, [refs[0]]]);
+    const real = await op.bulk.run({
+      filter: { fleet },
+      action: "release",
+      reason: "bad model release",
+      dry_run: false,
+    });
+    expect(real.changed.map((c) => [c.external_ref, c.to])).toEqual([[refs[0], "ready"]]);
+    const events: string[] = [];
+    for await (const e of op.controls.iterEvents({ limit: 50 })) {
+      if (e.fleet === fleet) events.push(e.reason ?? "");
+    }
+    expect(events).toEqual(["ramp: one at a time"]);
   });
 
   test("16 racing claimers: every unit claimed once, none twice", async () => {
