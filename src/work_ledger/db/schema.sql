@@ -486,7 +486,7 @@ $$;
 -- function: wl_exclusive_keys_ok(text[])
 CREATE FUNCTION wl_exclusive_keys_ok(keys text[]) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN (((cardinality(keys) >= 1) AND (cardinality(keys) <= 20)) AND (array_position(keys, NULL::text) IS NULL) AND (SELECT bool_and(((length(k.k) >= 1) AND (length(k.k) <= 200))) AS bool_and FROM unnest(wl_exclusive_keys_ok.keys) k(k)));
+    RETURN ((cardinality(keys) >= 1) AND (cardinality(keys) <= 20) AND (array_position(keys, NULL::text) IS NULL) AND (SELECT bool_and(((length(k.k) >= 1) AND (length(k.k) <= 200))) AS bool_and FROM unnest(wl_exclusive_keys_ok.keys) k(k)));
 
 -- function: wl_fold_read_summaries(integer)
 -- (from 0017_fold_read_summaries:)
@@ -2049,7 +2049,7 @@ CREATE TABLE telemetry_records (
     cache_read_tokens bigint NOT NULL,
     cache_write_tokens bigint NOT NULL,
     received_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT telemetry_record_bounded CHECK ((((length(record_key) >= 1) AND (length(record_key) <= 300)) AND ((length(model) >= 1) AND (length(model) <= 128)))),
+    CONSTRAINT telemetry_record_bounded CHECK (((length(record_key) >= 1) AND (length(record_key) <= 300) AND (length(model) >= 1) AND (length(model) <= 128))),
     CONSTRAINT telemetry_record_not_negative CHECK (((cost_usd >= (0)::numeric) AND (input_tokens >= 0) AND (output_tokens >= 0) AND (cache_read_tokens >= 0) AND (cache_write_tokens >= 0)))
 );
 

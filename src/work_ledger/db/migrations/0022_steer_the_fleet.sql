@@ -22,7 +22,7 @@ ALTER TABLE work_units ADD COLUMN exclusive text[];
 
 CREATE FUNCTION wl_exclusive_keys_ok(keys text[]) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN cardinality(keys) BETWEEN 1 AND 20
+    RETURN cardinality(keys) >= 1 AND cardinality(keys) <= 20
        AND array_position(keys, NULL) IS NULL
        AND (SELECT bool_and(length(k) BETWEEN 1 AND 200) FROM unnest(keys) AS k);
 

@@ -20,7 +20,8 @@ CREATE TABLE telemetry_records (
         cost_usd >= 0 AND input_tokens >= 0 AND output_tokens >= 0
         AND cache_read_tokens >= 0 AND cache_write_tokens >= 0),
     CONSTRAINT telemetry_record_bounded CHECK (
-        length(record_key) BETWEEN 1 AND 300 AND length(model) BETWEEN 1 AND 128)
+        length(record_key) >= 1 AND length(record_key) <= 300
+        AND length(model) >= 1 AND length(model) <= 128)
 );
 CREATE TRIGGER telemetry_records_append_only BEFORE UPDATE OR DELETE ON telemetry_records
     FOR EACH ROW EXECUTE FUNCTION wl_refuse_rewrite('telemetry_records_append_only');
