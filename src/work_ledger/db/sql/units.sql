@@ -89,8 +89,9 @@ ORDER BY ord;
 -- A unit whose fleet's or domain's budget is spent is skipped (wl_spent_budgets, 0020).
 -- The budgets are asked once, of the oldest ready unit this statement could lock (`head`),
 -- after locking it: a filter in the scan would ask them of every unit that SKIP LOCKED
--- then skips, one per claim in flight. Only when the head's scope is spent does a second
--- scan ask each candidate (`past_spent`), and the head stays locked until this commits.
+-- then skips, one per claim in flight. Only when the head's scope is closed does a second
+-- scan ask each candidate (`past_closed`: a function, so that this statement's generic plan
+-- is kept, 0025 says why), and the head stays locked until this commits.
 -- Flow controls (0022) are asked the same way: a paused or capped scope
 -- (wl_closed_controls) or a key another unit holds (wl_held_keys_of) skips the unit, from
 -- this statement's snapshot. The admission trigger decides exactly, and a claim that lost
@@ -119,33 +120,16 @@ WITH full_claim AS (
     SELECT h.id FROM head AS h WHERE NOT EXISTS (SELECT FROM wl_spent_budgets(h.fleet, h.domain))
       AND NOT EXISTS (SELECT FROM wl_closed_controls(h.fleet, h.domain))
       AND (h.exclusive IS NULL OR NOT EXISTS (SELECT FROM wl_held_keys_of(h.exclusive)))
-), past_spent AS (
-    SELECT id FROM work_units
-    WHERE $2::text IS NULL AND state = 'ready'
-      AND EXISTS (SELECT 1 FROM head) AND NOT EXISTS (SELECT 1 FROM head_open)
-      AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
-      AND NOT EXISTS (SELECT FROM wl_closed_controls(fleet, domain))
-      AND (exclusive IS NULL OR NOT EXISTS (SELECT FROM wl_held_keys_of(exclusive)))
-    ORDER BY created_at, id
-    LIMIT 1
-    FOR NO KEY UPDATE SKIP LOCKED
-), past_spent_in_domain AS (
-    SELECT id FROM work_units
-    WHERE $2::text IS NOT NULL AND domain = $2 AND state = 'ready'
-      AND EXISTS (SELECT 1 FROM head) AND NOT EXISTS (SELECT 1 FROM head_open)
-      AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
-      AND NOT EXISTS (SELECT FROM wl_closed_controls(fleet, domain))
-      AND (exclusive IS NULL OR NOT EXISTS (SELECT FROM wl_held_keys_of(exclusive)))
-    ORDER BY domain, created_at, id
-    LIMIT 1
-    FOR NO KEY UPDATE SKIP LOCKED
+), past_closed AS (
+    -- The head's scope is closed: the oldest open unit past it (wl_next_open_unit, 0025).
+    SELECT wl_next_open_unit($2) AS id
+    WHERE EXISTS (SELECT 1 FROM head) AND NOT EXISTS (SELECT 1 FROM head_open)
 ), claimed AS (
     UPDATE work_units AS u
     SET state = 'claimed', claimed_by = $1, attempt_count = u.attempt_count + 1,
         lease_expires_at = now() + make_interval(secs => $3), last_heartbeat_at = now()
     -- The scalar lookup keeps even a cached generic plan on the primary key.
-    WHERE u.id = (SELECT id FROM head_open UNION ALL SELECT id FROM past_spent
-                  UNION ALL SELECT id FROM past_spent_in_domain)
+    WHERE u.id = (SELECT id FROM head_open UNION ALL SELECT id FROM past_closed)
     RETURNING u AS unit
 ), attempt AS (
     INSERT INTO work_unit_attempts (unit_id, attempt_no, agent_id)
