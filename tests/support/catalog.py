@@ -20,6 +20,9 @@ Catalog = dict[str, str]
 
 _PUBLIC = "'public'::regnamespace"
 
+# Debian's PostgreSQL 15.20 writes a `pg_attver=<number>` option on every column it makes,
+# a number that differs between two builds of the same table: it is no part of the schema.
+
 # (kind, SQL returning (name, text) rows). Every statement names its objects by what a
 # reader would write, never by oid.
 _QUERIES: list[tuple[str, str]] = [
@@ -38,7 +41,9 @@ _QUERIES: list[tuple[str, str]] = [
                 'default ' || pg_get_expr(d.adbin, d.adrelid), 'identity=' || a.attidentity::text,
                 'generated=' || a.attgenerated::text,
                 'collation=' || a.attcollation::regcollation::text,
-                'options=' || a.attoptions::text, 'acl=' || a.attacl::text)
+                'options=' || (SELECT array_agg(o ORDER BY o)::text FROM unnest(a.attoptions) AS o
+                               WHERE o NOT LIKE 'pg\\_attver=%'),
+                'acl=' || a.attacl::text)
             FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid
             LEFT JOIN pg_attrdef AS d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
             WHERE c.relnamespace = {_PUBLIC} AND a.attnum > 0 AND NOT a.attisdropped

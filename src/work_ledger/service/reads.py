@@ -226,5 +226,9 @@ class LedgerReads:
 
     async def audit(self) -> list[Violation]:
         """Replay the event log and re-check every invariant; empty when the ledger is sound."""
-        rows = await self.store.fetch("audit_ledger")
+        tx, _ = await self.store.begin("audit_begin")  # without JIT: audit.sql says why
+        try:
+            rows = await tx.store().fetch("audit_ledger")
+        finally:
+            await tx.end()
         return [Violation(r["unit_id"], r["external_ref"], r["rule"], r["detail"]) for r in rows]
