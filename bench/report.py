@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import ab, diagnose, endurance, goals, scale
+from bench import ab, diagnose, endurance, fleet, goals, scale
 from bench.harness import median_of
 
 
@@ -146,6 +146,8 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
         lines += ["", *scale.markdown(result["scale"])]
     if "longpoll" in result or "soak" in result:
         lines += ["", *endurance.markdown(result)]
+    if result.get("fleet"):
+        lines += ["", *fleet.markdown(result)]
     for name, program in result.get("programs", {}).items():
         verdict = "ran" if program["exit"] == 0 else f"FAILED (exit {program['exit']})"
         lines += ["", f"## {name}: `{program['command']}` {verdict} in {program['seconds']} s"]

@@ -30,7 +30,7 @@ from typing import Any
 import asyncpg
 import psutil
 
-from bench import ab, claims, diagnose, endurance, goals, httpbench, report, scale
+from bench import ab, claims, diagnose, endurance, fleet, goals, httpbench, report, scale
 from bench.harness import Server, load_average, measure, median_of, server_url
 from work_ledger.db.connect import with_database
 from work_ledger.runtime import migrate_database
@@ -75,7 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--sections",
         default=CORE,
-        help=f"which sections to run: any of {CORE},{','.join(PROGRAMS)}; or all",
+        help=f"which sections to run: any of {CORE},fleet,{','.join(PROGRAMS)}; or all",
     )
     p.add_argument("--soak-lives", type=int, default=0, help="soak size (default by mode)")
     p.add_argument("--events", type=int, default=0, help="event-log size (default by mode)")
@@ -94,7 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.warmup, args.duration = min(args.warmup, 0.5), min(args.duration, 2.0)
     args.backlog_divisor = 10 if args.smoke else 4 if args.quick else 1
     args.levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
-    sections = CORE + "," + ",".join(PROGRAMS) if args.sections == "all" else args.sections
+    sections = CORE + ",fleet," + ",".join(PROGRAMS) if args.sections == "all" else args.sections
     args.section_set = {x.strip() for x in sections.split(",") if x.strip()}
     return args
 
@@ -284,11 +284,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         result["diagnostics"] = await run_claims(server, args, configs, levels)
         result["diagnostics"]["plans"] = await diagnose.claim_plans(server, TEMPLATES["ledger"])
         checkpoint(result, args)
-    if args.section_set & {"http", "longpoll"}:
+    if args.section_set & {"http", "longpoll", "fleet"}:
         home = Path(tempfile.mkdtemp(prefix="wl-bench-http-"))
         atexit.register(shutil.rmtree, home, True)
         waiters = 50 if args.smoke else 1000
-        tokens = await httpbench.build_token_template(server, max(*args.levels, waiters), home)
+        agents = max(fleet.sizes(args)["fleets"]) if "fleet" in args.section_set else 0
+        tokens = await httpbench.build_token_template(
+            server, max(*args.levels, waiters, agents), home
+        )
     if "http" in args.section_set:
         result["http"] = await httpbench.run(server, args, args.levels, tokens, home)
         checkpoint(result, args)
@@ -297,6 +300,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         result["longpoll"] = await endurance.longpoll(
             server, tokens, waiters, rounds, per_round, home
         )
+    if "fleet" in args.section_set:
+        result["fleet"] = await fleet.run(server, args, tokens, home)
+        checkpoint(result, args)
     if "soak" in args.section_set:
         lives = args.soak_lives or (2_000 if args.smoke else 20_000 if args.quick else 200_000)
         result["soak"] = await endurance.soak(server, TEMPLATES["ledger"], lives, 16)
