@@ -78,7 +78,10 @@ class Counting(httpx.AsyncBaseTransport):
             self.counts[type(exc).__name__] += 1
             raise
         if response.status_code >= 400:
-            self.counts[f"http {response.status_code}"] += 1
+            # The problem's code names the rule (read whole here; the SDK reads it again).
+            body = await response.aread()
+            code = body.split(b'"code":"', 1)[-1].split(b'"', 1)[0].decode(errors="replace")
+            self.counts[f"http {response.status_code} {code[:40]}"] += 1
         return response
 
     async def aclose(self) -> None:

@@ -31,7 +31,11 @@ class Limits:
     max_head_bytes: int = 16 * 1024
     head_seconds: float = 10.0
     body_seconds: float = 20.0
-    keep_alive_seconds: int = 5
+    # Longer than the clients' own idle expiry (httpx 5 s, the SDK's; Node's fetch 4 s): a
+    # client then never reuses a connection the server is closing at that moment (a
+    # ReadError and a retry; a fleet's heartbeats every 5 s hit it dozens of times a
+    # minute). The head deadline closes an idle connection after `head_seconds` anyway.
+    keep_alive_seconds: int = 10
     max_connections: int = 2048
 
 
