@@ -53,15 +53,16 @@ PROGRAMS: dict[str, tuple[list[str], list[str], list[str], list[str]]] = {
     "register": (["bench.register"], [], ["--units", "10000", "--rounds", "1"],
                  ["--units", "1000", "--rounds", "1"]),
     "readside_write": (["bench.readside", "write"], [], ["--windows", "2"], ["--windows", "1"]),
-    "walmirror": (["bench.walmirror"], [], ["--rounds", "1", "--seconds", "5"],
+    "walmirror": (["bench.ha", "walmirror"], [], ["--rounds", "1", "--seconds", "5"],
                   ["--rounds", "1", "--seconds", "1"]),
     "temporal": (["bench.temporal_follow"], [], ["--burst", "200", "--closed", "1000"],
                  ["--burst", "20", "--closed", ""]),
     "agents": (["bench.agents"], [], ["--sessions", "16", "--calls", "50"],
                ["--sessions", "4", "--calls", "10"]),
     "limits": (["bench.limits"], ["1000"], ["200"], ["20"]),
-    "backup": (["bench.backup"], [], ["--units", "100000"], ["--units", "1000"]),
-    "failover": (["bench.failover"], [], ["--rounds", "1"], ["--rounds", "1", "--seconds", "1"]),
+    "backup": (["bench.ha", "backup"], [], ["--units", "100000"], ["--units", "1000"]),
+    "failover": (["bench.ha", "failover"], [], ["--rounds", "1"],
+                 ["--rounds", "1", "--seconds", "1"]),
 }  # fmt: skip
 
 
@@ -280,7 +281,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         checkpoint(result, args)
     if "diagnostics" in args.section_set:
         levels = [c for c in args.levels if c <= 64][:2] or args.levels[:1]
-        configs = [c for c in claims.DIAGNOSTICS if not wanted or c.name in wanted]
+        configs = [c for c in diagnose.DIAGNOSTICS if not wanted or c.name in wanted]
         result["diagnostics"] = await run_claims(server, args, configs, levels)
         result["diagnostics"]["plans"] = await diagnose.claim_plans(server, TEMPLATES["ledger"])
         checkpoint(result, args)
@@ -325,7 +326,7 @@ def run_program(name: str, args: argparse.Namespace) -> dict[str, Any]:
     command, full, quick, smoke = PROGRAMS[name]
     argv = [*command, *(smoke if args.smoke else quick if args.quick else full)]
     print(f"section {name}: python -m {' '.join(argv)}", flush=True)
-    # backup, failover and walmirror reuse the test suite's helpers (`support`).
+    # bench.ha (backup, failover, walmirror) reuses the test suite's helpers (`support`).
     paths = [str(HERE.parent / "tests"), os.environ.get("PYTHONPATH", "")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
     started = time.monotonic()
