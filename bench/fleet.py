@@ -2,8 +2,9 @@
 
 Each agent is what docs/agents.md shows: the project's async SDK (`work_ledger.client`),
 one `AsyncClient` per agent with its own token, asking `claim_next(wait_seconds=30)`, then
-starting the unit, working on it (a sleep, while the SDK heartbeats the lease in the
-background), recording its cost, verifying and disposing it MIGRATED, then asking again.
+starting the unit, working on it (a sleep with a heartbeat halfway; the SDK also
+heartbeats in the background, every third of a lease), recording its cost, verifying and
+disposing it MIGRATED, then asking again.
 All agents are asyncio tasks in this one process: an agent mostly waits, and the client's
 CPU is measured beside serve's, so a process that became the limit would show.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
 import random
 import resource
 import time
@@ -51,6 +53,16 @@ CONNECTIONS = (
     "SELECT count(*) AS open, count(*) FILTER (WHERE state <> 'idle') AS busy "
     "FROM pg_stat_activity WHERE datname = $1 AND application_name = 'work-ledger'"
 )
+
+
+def run_queue_seconds(process: psutil.Process) -> float | None:
+    """Seconds `process`'s main thread spent runnable but waiting for a CPU (Linux's
+    schedstat): on a machine shared with other work, the part of a latency that is not ours."""
+    try:
+        fields = Path(f"/proc/{process.pid}/schedstat").read_text().split()
+    except OSError:
+        return None
+    return int(fields[1]) / 1e9
 
 
 def sizes(args: Any) -> dict[str, Any]:
@@ -93,7 +105,10 @@ class Fleet:
 
     def __init__(self, work: float) -> None:
         self.work = work
-        self.lease = max(6, round(1.5 * work))  # heartbeats every third: about two a life
+        # A lease far longer than the work, as in production (WL_LEASE_SECONDS 900): on a
+        # machine shared with other work a request may wait seconds for a CPU, and a lapsed
+        # lease would measure the machine, not the ledger. Each life heartbeats mid-work.
+        self.lease = max(60, round(6 * work))
         self.arrived: dict[str, float] = {}
         self.claims: list[float] = []  # seconds, each claim that carried a unit
         self.writes: list[float] = []  # seconds, start, cost, verify, dispose
@@ -130,7 +145,9 @@ class Fleet:
         self.claims.append(max(0.0, answered - max(sent, arrived)))
         async with AsyncWork(client, claim, lease_seconds=self.lease) as work:
             await self.timed(work.start())
-            await asyncio.sleep(random.uniform(0.5, 1.5) * self.work)
+            await asyncio.sleep(random.uniform(0.25, 0.75) * self.work)
+            await self.timed(work.heartbeat())
+            await asyncio.sleep(random.uniform(0.25, 0.75) * self.work)
             await self.timed(work.cost(125))
             await self.timed(work.verify(EVIDENCE))
             await self.timed(work.dispose("MIGRATED"))
@@ -177,6 +194,8 @@ async def sample(
     me = psutil.Process()
     began = time.perf_counter()
     cpu0 = [process_tree_cpu(a.ps) for a in apps], process_tree_cpu(me), server.cpu_seconds()
+    waited0 = [run_queue_seconds(a.ps) for a in apps]
+    me_waited0 = run_queue_seconds(me)
     try:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
@@ -197,7 +216,16 @@ async def sample(
                         round(100 * (process_tree_cpu(a.ps) - c) / now, 1)
                         for a, c in zip(apps, cpu0[0], strict=True)
                     ],
+                    "serve_run_queue_pct": [
+                        None
+                        if w0 is None or (w := run_queue_seconds(a.ps)) is None
+                        else round(100 * (w - w0) / now, 1)
+                        for a, w0 in zip(apps, waited0, strict=True)
+                    ],
                     "client_cpu_pct": round(100 * (process_tree_cpu(me) - cpu0[1]) / now, 1),
+                    "client_run_queue_pct": None
+                    if me_waited0 is None or (mw := run_queue_seconds(me)) is None
+                    else round(100 * (mw - me_waited0) / now, 1),
                     "client_rss_mb": round(me.memory_info().rss / 2**20, 1),
                     "pg_cpu_pct": None
                     if pg is None or cpu0[2] is None
@@ -294,7 +322,10 @@ def summary(
         "pg_connections_max": max((s["pg_connections"] for s in samples), default=None),
         "pg_connections_busy_max": max((s["pg_connections_busy"] for s in samples), default=None),
         "serve_cpu_pct": last.get("serve_cpu_pct"),
+        "serve_run_queue_pct": last.get("serve_run_queue_pct"),
         "client_cpu_pct": last.get("client_cpu_pct"),
+        "client_run_queue_pct": last.get("client_run_queue_pct"),
+        "load_average": os.getloadavg(),
         "pg_cpu_pct": last.get("pg_cpu_pct"),
         "samples": samples,
     }  # fmt: skip
@@ -331,7 +362,9 @@ async def run(server: Server, args: Any, tokens: list[str], home: Path) -> dict[
                 f"errors {r['errors']} {r['errors_by_kind']} seen {r['retried_or_refused']}, "
                 f"rss {r['serve_rss_mb']}, fds {r['serve_fds']}, "
                 f"pg conns max {r['pg_connections_max']}, cpu serve {r['serve_cpu_pct']} "
-                f"client {r['client_cpu_pct']} pg {r['pg_cpu_pct']}",
+                f"client {r['client_cpu_pct']} pg {r['pg_cpu_pct']}; waited for a CPU: serve "
+                f"{r['serve_run_queue_pct']} client {r['client_run_queue_pct']} %; "
+                f"load {r['load_average']}",
                 flush=True,
             )
     return out
@@ -353,8 +386,9 @@ def markdown(result: dict[str, Any]) -> list[str]:
         "tenth of the run → at the end (max), per serve.",
         "",
         "| agents | serve | s | lives/s | claim p50 ms | claim p99 ms | write p99 ms | errors "
-        "| RSS MB | fds | PG conns max | CPU % serve / client / PG |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|",
+        "| RSS MB | fds | PG conns max | CPU % serve / client / PG | waited for a CPU % "
+        "serve / client |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|---|",
     ]
     for r in fl["runs"]:
         rss, fds = r["serve_rss_mb"], r["serve_fds"]
@@ -363,6 +397,7 @@ def markdown(result: dict[str, Any]) -> list[str]:
             f"| {_f(r['claim_p50_ms'])} | {_f(r['claim_p99_ms'])} | {_f(r['write_p99_ms'])} "
             f"| {r['errors']} | {rss['settled']} → {rss['end']} ({rss['max']}) "
             f"| {fds['settled']} → {fds['end']} ({fds['max']}) | {r['pg_connections_max']} "
-            f"| {r['serve_cpu_pct']} / {r['client_cpu_pct']} / {r['pg_cpu_pct']} |"
+            f"| {r['serve_cpu_pct']} / {r['client_cpu_pct']} / {r['pg_cpu_pct']} "
+            f"| {r.get('serve_run_queue_pct')} / {r.get('client_run_queue_pct')} |"
         )
     return lines
