@@ -40,11 +40,11 @@ Workers = Callable[[str, int], contextlib.AbstractAsyncContextManager[list[Opera
 @dataclass(frozen=True)
 class Config:
     name: str
-    loop: str  # what one measured item includes
     template: str  # which template database it starts from: ledger, bare or pgqueuer
     backlog: int  # ready items seeded before each window (doubled if a window runs dry)
     seed: Callable[[asyncpg.Connection, int], Awaitable[None]]
     workers: Workers
+    loop: str  # what one measured item includes
     db_setup: str = ""  # SQL run after seeding, before the workers connect (diagnostics)
 
 
@@ -349,105 +349,41 @@ async def pgqueuer_manager(url: str, c: int) -> AsyncIterator[list[Operation]]:
 
 
 CONFIGS = [
-    Config(
-        "raw_bare_claim",
-        "1 statement, 1 commit: UPDATE … WHERE id = (SELECT … FOR NO KEY UPDATE SKIP LOCKED "
-        "LIMIT 1) on a bare table (no attempt/event rows, no triggers)",
-        "bare",
-        120_000,
-        seed_bare,
-        bare_claim,
-    ),
-    Config(
-        "raw_ledger_claim",
-        "1 statement, 1 commit: hand-written claim CTE on the real schema (unit update + "
-        "attempt row + event row; triggers fire)",
-        "ledger",
-        40_000,
-        seed_ledger,
-        _raw_ledger(finish=False),
-    ),
-    Config(
-        "ledger_sql_claim",
-        "1 statement, 1 commit: the product's pull-next SQL as Ledger.claim runs it for an "
-        "agent holding nothing (claim_next_unit, db/sql/units.sql) on a raw connection, no "
-        "service layer",
-        "ledger",
-        30_000,
-        seed_ledger,
-        _raw_ledger(finish=False, product_sql=True),
-    ),
-    Config(
-        "service_claim",
-        "1 statement, 1 commit: Ledger.claim over a Store/pool (pool size = concurrency), "
-        "records decoded into domain objects",
-        "ledger",
-        30_000,
-        seed_ledger,
-        _service(finish=False),
-    ),
-    Config(
-        "raw_ledger_claim_finish",
-        "2 commits: the hand-written claim CTE, then a finish commit (claimed → in_progress "
-        "+ event)",
-        "ledger",
-        20_000,
-        seed_ledger,
-        _raw_ledger(finish=True),
-    ),
-    Config(
-        "service_claim_finish",
-        "2 commits: Ledger.claim, then Ledger.start (claimed → in_progress, fenced by attempt_id)",
-        "ledger",
-        20_000,
-        seed_ledger,
-        _service(finish=True),
-    ),
-    Config(
-        "service_life",
-        "5 commits: Ledger.claim, start, record_cost, verify (evidence link), dispose MIGRATED; "
-        "one agent name per worker",
-        "ledger",
-        10_000,
-        seed_ledger,
-        service_life,
-    ),
-    Config(
-        "ledger_sql_life",
-        "5 commits: the statements of service_life (claim_next_unit, start_unit, record_cost, "
-        "verify_unit, dispose_verified_unit) with its arguments on a raw connection, no service "
-        "layer; one agent name per worker",
-        "ledger",
-        10_000,
-        seed_ledger,
-        ledger_sql_life,
-    ),
-    Config(
-        "raw_ledger_life",
-        "5 commits: the hand-written claim CTE, then hand-written start, cost, verify and "
-        "dispose statements (each with its event); one agent name per worker",
-        "ledger",
-        10_000,
-        seed_ledger,
-        raw_ledger_life,
-    ),
-    Config(
-        "pgqueuer",
-        "2 commits: PGQueuer 1.6 Queries.dequeue(batch_size=1), then log_jobs(successful) "
-        "(the queue manager's own completion statement)",
-        "pgqueuer",
-        15_000,
-        seed_pgqueuer,
-        pgqueuer_dequeue_complete,
-    ),
-    Config(
-        "pgqueuer_manager",
-        "PGQueuer 1.6 as its users run it: QueueManager.run(batch_size=1), one manager per "
-        "worker connection, a no-op entrypoint (its own dequeue, completion log and "
-        "heartbeat statements)",
-        "pgqueuer",
-        15_000,
-        seed_pgqueuer,
-        pgqueuer_manager,
-    ),
-]
+    Config("raw_bare_claim", "bare", 120_000, seed_bare, bare_claim,
+           "1 statement, 1 commit: UPDATE … WHERE id = (SELECT … FOR NO KEY UPDATE SKIP LOCKED "
+           "LIMIT 1) on a bare table (no attempt/event rows, no triggers)"),
+    Config("raw_ledger_claim", "ledger", 40_000, seed_ledger, _raw_ledger(finish=False),
+           "1 statement, 1 commit: hand-written claim CTE on the real schema (unit update + "
+           "attempt row + event row; triggers fire)"),
+    Config("ledger_sql_claim", "ledger", 30_000, seed_ledger,
+           _raw_ledger(finish=False, product_sql=True),
+           "1 statement, 1 commit: the product's pull-next SQL as Ledger.claim runs it for an "
+           "agent holding nothing (claim_next_unit, db/sql/units.sql) on a raw connection, no "
+           "service layer"),
+    Config("service_claim", "ledger", 30_000, seed_ledger, _service(finish=False),
+           "1 statement, 1 commit: Ledger.claim over a Store/pool (pool size = concurrency), "
+           "records decoded into domain objects"),
+    Config("raw_ledger_claim_finish", "ledger", 20_000, seed_ledger, _raw_ledger(finish=True),
+           "2 commits: the hand-written claim CTE, then a finish commit (claimed → in_progress "
+           "+ event)"),
+    Config("service_claim_finish", "ledger", 20_000, seed_ledger, _service(finish=True),
+           "2 commits: Ledger.claim, then Ledger.start (claimed → in_progress, fenced by "
+           "attempt_id)"),
+    Config("service_life", "ledger", 10_000, seed_ledger, service_life,
+           "5 commits: Ledger.claim, start, record_cost, verify (evidence link), dispose MIGRATED; "
+           "one agent name per worker"),
+    Config("ledger_sql_life", "ledger", 10_000, seed_ledger, ledger_sql_life,
+           "5 commits: the statements of service_life (claim_next_unit, start_unit, record_cost, "
+           "verify_unit, dispose_verified_unit) with its arguments on a raw connection, no service "
+           "layer; one agent name per worker"),
+    Config("raw_ledger_life", "ledger", 10_000, seed_ledger, raw_ledger_life,
+           "5 commits: the hand-written claim CTE, then hand-written start, cost, verify and "
+           "dispose statements (each with its event); one agent name per worker"),
+    Config("pgqueuer", "pgqueuer", 15_000, seed_pgqueuer, pgqueuer_dequeue_complete,
+           "2 commits: PGQueuer 1.6 Queries.dequeue(batch_size=1), then log_jobs(successful) "
+           "(the queue manager's own completion statement)"),
+    Config("pgqueuer_manager", "pgqueuer", 15_000, seed_pgqueuer, pgqueuer_manager,
+           "PGQueuer 1.6 as its users run it: QueueManager.run(batch_size=1), one manager per "
+           "worker connection, a no-op entrypoint (its own dequeue, completion log and "
+           "heartbeat statements)"),
+]  # fmt: skip

@@ -4,9 +4,9 @@ Each agent is what docs/agents.md shows: the project's async SDK (`work_ledger.c
 one `AsyncClient` per agent with its own token, asking `claim_next(wait_seconds=30)`, then
 starting the unit, working on it (a sleep with a heartbeat halfway; the SDK also
 heartbeats in the background, every third of a lease), recording its cost, verifying and
-disposing it MIGRATED, then asking again.
-All agents are asyncio tasks in this one process: an agent mostly waits, and the client's
-CPU is measured beside serve's, so a process that became the limit would show.
+disposing it MIGRATED, then asking again. All agents are asyncio tasks in this one process:
+an agent mostly waits, and the client's CPU is measured beside serve's, so a process that
+became the limit would show (with the time each waited for a CPU: the machine's share).
 
 Units arrive at a steady rate (a batch every half second, committed straight into the
 ledger's table, as a registrar would) chosen so that about half the fleet is at work and
@@ -260,7 +260,7 @@ async def one_run(
             )
             for i, token in enumerate(tokens[:agents])
         ]
-        for client in clients:
+        for client in clients:  # closed last, after the agents stopped
             stack.push_async_callback(client.aclose)
         stop, done = asyncio.Event(), asyncio.Event()
         tasks = [asyncio.create_task(fleet.agent(c, done)) for c in clients]
@@ -277,9 +277,7 @@ async def one_run(
             # The agents finish the lives in hand; those still waiting are cancelled.
             done.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    asyncio.gather(*tasks, return_exceptions=True), 3 * work + 30
-                )
+                await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 2 * work)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -292,8 +290,7 @@ def summary(
 ) -> dict[str, Any]:  # fmt: skip
     ms = [x * 1000 for x in fleet.claims]
     wms = [x * 1000 for x in fleet.writes]
-    # "Flat": the first sample after a tenth of the run (every agent connected, every
-    # statement prepared) against the last.
+    # "Flat": the first sample after a tenth of the run (agents connected) against the last.
     settled = next((s for s in samples if s["t"] >= seconds / 10), samples[0] if samples else {})
     last = samples[-1] if samples else {}
     return {
