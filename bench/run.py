@@ -44,13 +44,14 @@ except ImportError:  # the `bench` dependency group is not installed: skip the p
     HAVE_PGQUEUER = False
 TEMPLATES = {"ledger": "bench_tpl_ledger", "bare": "bench_tpl_bare", "pgqueuer": "bench_tpl_pgq"}
 CORE = "claims,diagnostics,scale,http,longpoll,soak"
+MORE = "fleet,limits"  # in-process sections outside the core
 # Sections that are programs of their own (their own servers or processes, their own JSON
 # in bench/results/), run as `python -m MODULE ARGS` at the mode's sizes:
 # name: (module and arguments; full, --quick and --smoke sizes).
 PROGRAMS: dict[str, tuple[list[str], list[str], list[str], list[str]]] = {
     "shape": (["bench.shape"], [], ["--units", "100000", "--claims", "500", "--rounds", "1"],
               ["--units", "2000", "--claims", "50", "--rounds", "1"]),
-    "register": (["bench.register"], [], ["--units", "10000", "--rounds", "1"],
+    "register": (["bench.shape", "register"], [], ["--units", "10000", "--rounds", "1"],
                  ["--units", "1000", "--rounds", "1"]),
     "readside_write": (["bench.readside", "write"], [], ["--windows", "2"], ["--windows", "1"]),
     "walmirror": (["bench.ha", "walmirror"], [], ["--rounds", "1", "--seconds", "5"],
@@ -59,7 +60,6 @@ PROGRAMS: dict[str, tuple[list[str], list[str], list[str], list[str]]] = {
                  ["--burst", "20", "--closed", ""]),
     "agents": (["bench.agents"], [], ["--sessions", "16", "--calls", "50"],
                ["--sessions", "4", "--calls", "10"]),
-    "limits": (["bench.limits"], ["1000"], ["200"], ["20"]),
     "backup": (["bench.ha", "backup"], [], ["--units", "100000"], ["--units", "1000"]),
     "failover": (["bench.ha", "failover"], [], ["--rounds", "1"],
                  ["--rounds", "1", "--seconds", "1"]),
@@ -76,7 +76,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--sections",
         default=CORE,
-        help=f"which sections to run: any of {CORE},fleet,{','.join(PROGRAMS)}; or all",
+        help=f"which sections to run: any of {CORE},{MORE},{','.join(PROGRAMS)}; or all",
     )
     p.add_argument("--soak-lives", type=int, default=0, help="soak size (default by mode)")
     p.add_argument("--events", type=int, default=0, help="event-log size (default by mode)")
@@ -95,7 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.warmup, args.duration = min(args.warmup, 0.5), min(args.duration, 2.0)
     args.backlog_divisor = 10 if args.smoke else 4 if args.quick else 1
     args.levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
-    sections = CORE + ",fleet," + ",".join(PROGRAMS) if args.sections == "all" else args.sections
+    sections = f"{CORE},{MORE}," + ",".join(PROGRAMS) if args.sections == "all" else args.sections
     args.section_set = {x.strip() for x in sections.split(",") if x.strip()}
     return args
 
@@ -285,7 +285,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         result["diagnostics"] = await run_claims(server, args, configs, levels)
         result["diagnostics"]["plans"] = await diagnose.claim_plans(server, TEMPLATES["ledger"])
         checkpoint(result, args)
-    if args.section_set & {"http", "longpoll", "fleet"}:
+    if args.section_set & {"http", "longpoll", "fleet", "limits"}:
         home = Path(tempfile.mkdtemp(prefix="wl-bench-http-"))
         atexit.register(shutil.rmtree, home, True)
         waiters = 50 if args.smoke else 1000
@@ -303,6 +303,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         )
     if "fleet" in args.section_set:
         result["fleet"] = await fleet.run(server, args, tokens, home)
+        checkpoint(result, args)
+    if "limits" in args.section_set:
+        stalled = 20 if args.smoke else 200 if args.quick else 1000
+        result["limits"] = await endurance.limits(server, stalled, home)
         checkpoint(result, args)
     if "soak" in args.section_set:
         lives = args.soak_lives or (2_000 if args.smoke else 20_000 if args.quick else 200_000)
