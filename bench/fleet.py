@@ -28,6 +28,7 @@ import contextlib
 import os
 import random
 import resource
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -312,10 +313,8 @@ def summary(
         "errors": sum(fleet.raised.values()),
         "errors_by_kind": dict(fleet.raised),
         "retried_or_refused": dict(fleet.seen),
-        "serve_rss_mb": {"settled": settled.get("serve_rss_mb"), "end": last.get("serve_rss_mb"),
-                         "max": _max_each(samples, "serve_rss_mb")},
-        "serve_fds": {"settled": settled.get("serve_fds"), "end": last.get("serve_fds"),
-                      "max": _max_each(samples, "serve_fds")},
+        "serve_rss_mb": _course(samples, "serve_rss_mb", settled, last),
+        "serve_fds": _course(samples, "serve_fds", settled, last),
         "pg_connections_max": max((s["pg_connections"] for s in samples), default=None),
         "pg_connections_busy_max": max((s["pg_connections_busy"] for s in samples), default=None),
         "serve_cpu_pct": last.get("serve_cpu_pct"),
@@ -328,10 +327,25 @@ def summary(
     }  # fmt: skip
 
 
-def _max_each(samples: list[dict[str, Any]], key: str) -> list[float] | None:
+def _course(
+    samples: list[dict[str, Any]], key: str, settled: dict[str, Any], last: dict[str, Any]
+) -> dict[str, Any]:
+    """Per serve: after a tenth of the run, at the end, the max, and `flat`: the median of
+    the last third of the samples ÷ that of the first third (a leak grows; a burst passes)."""
     if not samples:
-        return None
-    return [max(s[key][i] for s in samples) for i in range(len(samples[0][key]))]
+        return {"settled": None, "end": None, "max": None, "flat": None}
+    third = max(1, len(samples) // 3)
+    each = range(len(samples[0][key]))
+    return {
+        "settled": settled.get(key),
+        "end": last.get(key),
+        "max": [max(s[key][i] for s in samples) for i in each],
+        "flat": [
+            round(statistics.median(s[key][i] for s in samples[-third:])
+                  / statistics.median(s[key][i] for s in samples[:third]), 3)
+            for i in each
+        ],
+    }  # fmt: skip
 
 
 def raise_open_files() -> int:
@@ -369,32 +383,3 @@ async def run(server: Server, args: Any, tokens: list[str], home: Path) -> dict[
 
 def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
-
-
-def markdown(result: dict[str, Any]) -> list[str]:
-    fl = result.get("fleet")
-    if not fl:
-        return []
-    lines = [
-        "## Fleet",
-        "",
-        "Agents over HTTP through the async SDK, a token each, long-polls of 30 s, "
-        "heartbeats; units arriving for about half the fleet. RSS and descriptors: after a "
-        "tenth of the run → at the end (max), per serve.",
-        "",
-        "| agents | serve | s | lives/s | claim p50 ms | claim p99 ms | write p99 ms | errors "
-        "| RSS MB | fds | PG conns max | CPU % serve / client / PG | waited for a CPU % "
-        "serve / client |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|---|",
-    ]
-    for r in fl["runs"]:
-        rss, fds = r["serve_rss_mb"], r["serve_fds"]
-        lines.append(
-            f"| {r['agents']} | {r['replicas']} | {r['seconds']:.0f} | {r['lives_per_s']} "
-            f"| {_f(r['claim_p50_ms'])} | {_f(r['claim_p99_ms'])} | {_f(r['write_p99_ms'])} "
-            f"| {r['errors']} | {rss['settled']} → {rss['end']} ({rss['max']}) "
-            f"| {fds['settled']} → {fds['end']} ({fds['max']}) | {r['pg_connections_max']} "
-            f"| {r['serve_cpu_pct']} / {r['client_cpu_pct']} / {r['pg_cpu_pct']} "
-            f"| {r.get('serve_run_queue_pct')} / {r.get('client_run_queue_pct')} |"
-        )
-    return lines
