@@ -27,7 +27,6 @@ import collections
 import contextlib
 import os
 import random
-import resource
 import statistics
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ import psutil
 from bench import httpbench
 from bench.claims import EVIDENCE
 from bench.harness import Server, percentile, process_tree_cpu
+from work_ledger.api.connection import raise_open_files
 from work_ledger.client.aio import AsyncClient
 from work_ledger.client.aio_work import AsyncWork
 
@@ -348,18 +348,10 @@ def _course(
     }  # fmt: skip
 
 
-def raise_open_files() -> int:
-    """Lift this process's soft descriptor limit to its hard one (512 agents hold 512+
-    sockets); the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
 async def run(server: Server, args: Any, tokens: list[str], home: Path) -> dict[str, Any]:
     size = sizes(args)
-    out: dict[str, Any] = {"client_open_files": raise_open_files(), "runs": []}
+    # 512 agents hold 512 sockets and more: lifted as serve lifts its own.
+    out: dict[str, Any] = {"client_open_files": raise_open_files()[1], "runs": []}
     for agents in size["fleets"]:
         for replicas in size["replicas"]:
             goal = agents == max(size["fleets"]) and replicas == 1
