@@ -289,9 +289,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         home = Path(tempfile.mkdtemp(prefix="wl-bench-http-"))
         atexit.register(shutil.rmtree, home, True)
         waiters = 50 if args.smoke else 1000
+        # A token per worker, waiter and agent: minted only as many as the sections use.
         agents = max(fleet.sizes(args)["fleets"]) if "fleet" in args.section_set else 0
+        waiters_minted = waiters if "longpoll" in args.section_set else 0
         tokens = await httpbench.build_token_template(
-            server, max(*args.levels, waiters, agents), home
+            server, max(*args.levels, waiters_minted, agents), home
         )
     if "http" in args.section_set:
         result["http"] = await httpbench.run(server, args, args.levels, tokens, home)
