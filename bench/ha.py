@@ -88,14 +88,13 @@ async def build(url: str, units: int) -> None:
         for start in range(0, units, BATCH):
             refs = [f"bench-{i:08d}" for i in range(start, min(start + BATCH, units))]
             domains = [f"d{i % 8}" for i in range(len(refs))]
+            none = [None] * len(refs)
+            # The statement's parameters (db/sql/units.sql): no requirements, no exclusion
+            # keys, the default attempt limit.
             await conn.fetch(
-                QUERIES["register_units"],
-                refs,
-                ["bench"] * len(refs),
-                domains,
-                [None] * len(refs),
-                "bench",
-            )
+                QUERIES["register_units"], refs, ["bench"] * len(refs), domains, none, "bench",
+                [5] * len(refs), [], [], [], none,
+            )  # fmt: skip
         await conn.execute("VACUUM ANALYZE")
     finally:
         await conn.close()
