@@ -13,6 +13,14 @@ round measures one window of claim+start (or, with --life, the five-request life
 first in odd ones, so the machine's drift falls on both. It prints each window, the
 medians, and the medians of the same-round ratios B/A: the figure to quote on a busy
 machine. This replaced bench.ab_serve and bench.ab_money (issue 43).
+
+    uv run --group bench python -m bench.ab --otlp [--c 64] [--agents 64] [--every 5]
+
+Issue 40's speed goal (B/A items per second ≥ 0.95): this build on both sides, B's windows
+while `--agents` more agents, each holding a unit of its own, post to B's /otlp/v1/logs
+every `--every` seconds (staggered) the batch Claude Code 2.1.197 really sent
+(tests/cli/fixtures/claude_otlp, 9 records, 3 of them api_request), each time with a fresh
+session id, so every record is new and written, never a replay.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import shutil
 import statistics
@@ -28,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
@@ -40,6 +50,8 @@ from bench.claims import seed_ledger
 from bench.harness import Operation, Server, free_port, measure, server_url
 
 HERE = Path(__file__).resolve().parent
+CAPTURED = HERE.parent / "tests" / "cli" / "fixtures" / "claude_otlp" / "http-json-1.body"
+CAPTURED_ATTEMPT = "0b7c0d6e-5f3a-4c1e-9d2b-7a6f5e4d3c2b"
 
 
 def build(rev: str, into: Path) -> Path:
@@ -119,6 +131,57 @@ def _key(keyed: bool) -> str:
     return httpbench._key(keyed)
 
 
+class OtlpLoad:
+    """Agents exporting Claude Code's telemetry to B during B's windows (issue 40)."""
+
+    def __init__(self, agents: int, every: float) -> None:
+        self.agents, self.every = agents, every
+        self.attempts: dict[str, str] = {}  # token: the attempt its agent holds
+
+    @contextlib.asynccontextmanager
+    async def during(self, port: int, tokens: list[str]) -> AsyncIterator[None]:
+        for token in tokens:
+            if token not in self.attempts:  # each agent claims once, before its first export
+                client = httpbench.MiniHttp(port, {"Authorization": f"Bearer {token}"})
+                await client.open()
+                ids = httpbench._ids(await client.post("/units/claim", {}))
+                await client.close()
+                assert ids is not None, "no unit to claim"
+                self.attempts[token] = ids[1]
+        step = self.every / max(1, len(tokens))
+        senders = [
+            asyncio.create_task(self._export(port, t, self.attempts[t], i * step))
+            for i, t in enumerate(tokens)
+        ]
+        try:
+            yield
+        finally:
+            for task in senders:
+                task.cancel()
+            await asyncio.gather(*senders, return_exceptions=True)
+
+    async def _export(self, port: int, token: str, attempt: str, offset: float) -> None:
+        """One agent's exporter: the batch every `every` s, a new session's each time, on
+        a connection of its own (serve closes an idle one, as an exporter's would be)."""
+        template = CAPTURED.read_text().replace(CAPTURED_ATTEMPT, attempt)
+        record = json.loads(template)["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]
+        session = next(
+            a["value"]["stringValue"] for a in record["attributes"] if a["key"] == "session.id"
+        )
+        await asyncio.sleep(offset)
+        while True:
+            batch = json.loads(template.replace(session, str(uuid.uuid4())))
+            client = httpbench.MiniHttp(port, {"Authorization": f"Bearer {token}"})
+            await client.open()
+            try:
+                status, answer = await client.request("POST", "/otlp/v1/logs", batch)
+            finally:
+                await client.close()
+            if status != 200 or (answer or {}).get("partialSuccess"):
+                raise RuntimeError(f"OTLP export -> {status}: {answer}")
+            await asyncio.sleep(self.every)
+
+
 async def compare(
     a_bin: Path,
     b_bin: Path,
@@ -129,15 +192,17 @@ async def compare(
     life: bool = False,
     keyed: bool = False,
     b_env: dict[str, str] | None = None,
+    b_load: OtlpLoad | None = None,
 ) -> dict[str, Any]:
     """Rounds of one window against each build; the medians and the same-round ratios."""
     builds = {"A": a_bin, "B": b_bin}
     home = Path(tempfile.mkdtemp(prefix="wl-ab-"))
     figures: dict[str, list[dict[str, Any]]] = {name: [] for name in builds}
     ops_for = partial(httpbench.life_ops if life else claim_start_ops, keyed=keyed)
+    extra = b_load.agents if b_load else 0
     try:
         server = await Server.attach(server_url(home / "pg"))
-        tokens = await httpbench.build_token_template(server, c, home)
+        tokens = await httpbench.build_token_template(server, c + extra, home)
         async with server.fresh_database("ab", httpbench.TEMPLATE) as url:
             conn = await asyncpg.connect(url)
             await seed_ledger(conn, 200_000)
@@ -156,9 +221,13 @@ async def compare(
                         ]
                         for client in clients:
                             await client.open()
-                        sample = await measure(
-                            ops_for(clients), server=server, warmup=1, duration=seconds, app=app.ps
-                        )
+                        async with contextlib.AsyncExitStack() as load:
+                            if b_load is not None and name == "B":
+                                await load.enter_async_context(b_load.during(b.port, tokens[c:]))
+                            sample = await measure(
+                                ops_for(clients), server=server, warmup=1, duration=seconds,
+                                app=app.ps,
+                            )  # fmt: skip
                         for client in clients:
                             await client.close()
                         figure = sample.summary()
@@ -176,7 +245,9 @@ async def compare(
     pairs = list(zip(figures["A"], figures["B"], strict=True))
     result = {
         "c": c,
-        "loop": ("life" if life else "claim+start") + (", keyed" if keyed else ""),
+        "loop": ("life" if life else "claim+start")
+        + (", keyed" if keyed else "")
+        + (f"; B beside {extra} agents exporting telemetry" if b_load else ""),
         "builds": {name: str(path) for name, path in builds.items()},
         "median": {
             name: {k: statistics.median(f[k] for f in runs) for k in keys}
@@ -230,8 +301,12 @@ def markdown(ab: dict[str, Any]) -> list[str]:
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("a_bin", type=Path)
-    p.add_argument("b_bin", type=Path)
+    here = Path(sys.executable).parent
+    p.add_argument("a_bin", type=Path, nargs="?", default=here, help="default: this build")
+    p.add_argument("b_bin", type=Path, nargs="?", default=here, help="default: this build")
+    p.add_argument("--otlp", action="store_true", help="B beside agents exporting telemetry")
+    p.add_argument("--agents", type=int, default=64, help="--otlp: exporting agents")
+    p.add_argument("--every", type=float, default=5.0, help="--otlp: each one's interval (s)")
     p.add_argument("--c", type=int, default=16, help="clients (tokens), default 16")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seconds", type=float, default=4.0, help="each window's length")
@@ -244,5 +319,6 @@ if __name__ == "__main__":
     b_env = dict(pair.split("=", 1) for pair in a.b_env)
     asyncio.run(
         compare(a.a_bin, a.b_bin, a.c, rounds=a.rounds, seconds=a.seconds, life=a.life,
-                keyed=a.keyed, b_env=b_env)
+                keyed=a.keyed, b_env=b_env,
+                b_load=OtlpLoad(a.agents, a.every) if a.otlp else None)
     )  # fmt: skip

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime as dt
 import itertools
 import time
@@ -41,11 +40,11 @@ Workers = Callable[[str, int], contextlib.AbstractAsyncContextManager[list[Opera
 @dataclass(frozen=True)
 class Config:
     name: str
-    loop: str  # what one measured item includes
     template: str  # which template database it starts from: ledger, bare or pgqueuer
     backlog: int  # ready items seeded before each window (doubled if a window runs dry)
     seed: Callable[[asyncpg.Connection, int], Awaitable[None]]
     workers: Workers
+    loop: str  # what one measured item includes
     db_setup: str = ""  # SQL run after seeding, before the workers connect (diagnostics)
 
 
@@ -113,7 +112,7 @@ def _agents(i: int) -> Callable[[], str]:
     return lambda: f"agent-{run}-{i}-{next(counter)}"
 
 
-def _raw_ledger(*, finish: bool, product_sql: bool = False, proposed: bool = False) -> Workers:
+def _raw_ledger(*, finish: bool, product_sql: bool = False) -> Workers:
     @contextlib.asynccontextmanager
     async def workers(url: str, c: int) -> AsyncIterator[list[Operation]]:
         async with connections(url, c) as conns:
@@ -124,9 +123,7 @@ def _raw_ledger(*, finish: bool, product_sql: bool = False, proposed: bool = Fal
                 async def op() -> float | None:
                     agent = agent_name()
                     t0 = _clock()
-                    if proposed:
-                        row = await conn.fetchrow(PROPOSED_CLAIM, agent, None, LEASE_SECONDS, None)
-                    elif product_sql:
+                    if product_sql:
                         # What Ledger.claim runs for a pull-next by an agent holding nothing.
                         statement = QUERIES["claim_next_unit"]
                         row = await conn.fetchrow(statement, agent, None, LEASE_SECONDS)
@@ -145,20 +142,6 @@ def _raw_ledger(*, finish: bool, product_sql: bool = False, proposed: bool = Fal
             yield [op_for(i, conn) for i, conn in enumerate(conns)]
 
     return workers
-
-
-# The one-line change this benchmark proposed for claim_unit's fresh_in_domain CTE: a
-# parameter-only guard, so that a cached generic plan skips the CTE when no domain is
-# asked instead of walking the whole ready index looking for `domain = NULL`. The product's
-# statement carries it since 5c7527e, so PROPOSED_CLAIM is None there and the
-# `proposed_fix` / `proposed_sql` variants are skipped; they remain for older checkouts.
-UNGUARDED = "WHERE $4::uuid IS NULL AND domain = $2 AND state = 'ready'"
-GUARDED = "WHERE $4::uuid IS NULL AND $2::text IS NOT NULL AND domain = $2 AND state = 'ready'"
-PROPOSED_CLAIM = (
-    QUERIES["claim_unit"].replace(UNGUARDED, GUARDED)
-    if UNGUARDED in QUERIES["claim_unit"]
-    else None  # the product's statement has changed: nothing to propose any more
-)
 
 
 # -- the service layer --------------------------------------------------------------------
@@ -366,166 +349,41 @@ async def pgqueuer_manager(url: str, c: int) -> AsyncIterator[list[Operation]]:
 
 
 CONFIGS = [
-    Config(
-        "raw_bare_claim",
-        "1 statement, 1 commit: UPDATE … WHERE id = (SELECT … FOR NO KEY UPDATE SKIP LOCKED "
-        "LIMIT 1) on a bare table (no attempt/event rows, no triggers)",
-        "bare",
-        120_000,
-        seed_bare,
-        bare_claim,
-    ),
-    Config(
-        "raw_ledger_claim",
-        "1 statement, 1 commit: hand-written claim CTE on the real schema (unit update + "
-        "attempt row + event row; triggers fire)",
-        "ledger",
-        40_000,
-        seed_ledger,
-        _raw_ledger(finish=False),
-    ),
-    Config(
-        "ledger_sql_claim",
-        "1 statement, 1 commit: the product's pull-next SQL as Ledger.claim runs it for an "
-        "agent holding nothing (claim_next_unit, db/sql/units.sql) on a raw connection, no "
-        "service layer",
-        "ledger",
-        30_000,
-        seed_ledger,
-        _raw_ledger(finish=False, product_sql=True),
-    ),
-    Config(
-        "service_claim",
-        "1 statement, 1 commit: Ledger.claim over a Store/pool (pool size = concurrency), "
-        "records decoded into domain objects",
-        "ledger",
-        30_000,
-        seed_ledger,
-        _service(finish=False),
-    ),
-    Config(
-        "raw_ledger_claim_finish",
-        "2 commits: the hand-written claim CTE, then a finish commit (claimed → in_progress "
-        "+ event)",
-        "ledger",
-        20_000,
-        seed_ledger,
-        _raw_ledger(finish=True),
-    ),
-    Config(
-        "service_claim_finish",
-        "2 commits: Ledger.claim, then Ledger.start (claimed → in_progress, fenced by attempt_id)",
-        "ledger",
-        20_000,
-        seed_ledger,
-        _service(finish=True),
-    ),
-    Config(
-        "service_life",
-        "5 commits: Ledger.claim, start, record_cost, verify (evidence link), dispose MIGRATED; "
-        "one agent name per worker",
-        "ledger",
-        10_000,
-        seed_ledger,
-        service_life,
-    ),
-    Config(
-        "ledger_sql_life",
-        "5 commits: the statements of service_life (claim_next_unit, start_unit, record_cost, "
-        "verify_unit, dispose_verified_unit) with its arguments on a raw connection, no service "
-        "layer; one agent name per worker",
-        "ledger",
-        10_000,
-        seed_ledger,
-        ledger_sql_life,
-    ),
-    Config(
-        "raw_ledger_life",
-        "5 commits: the hand-written claim CTE, then hand-written start, cost, verify and "
-        "dispose statements (each with its event); one agent name per worker",
-        "ledger",
-        10_000,
-        seed_ledger,
-        raw_ledger_life,
-    ),
-    Config(
-        "pgqueuer",
-        "2 commits: PGQueuer 1.6 Queries.dequeue(batch_size=1), then log_jobs(successful) "
-        "(the queue manager's own completion statement)",
-        "pgqueuer",
-        15_000,
-        seed_pgqueuer,
-        pgqueuer_dequeue_complete,
-    ),
-    Config(
-        "pgqueuer_manager",
-        "PGQueuer 1.6 as its users run it: QueueManager.run(batch_size=1), one manager per "
-        "worker connection, a no-op entrypoint (its own dequeue, completion log and "
-        "heartbeat statements)",
-        "pgqueuer",
-        15_000,
-        seed_pgqueuer,
-        pgqueuer_manager,
-    ),
-]
-
-
-def _variant(base: str, name: str, note: str, db_setup: str) -> Config:
-    config = next(c for c in CONFIGS if c.name == base)
-    return dataclasses.replace(config, name=name, loop=f"{config.loop}; {note}", db_setup=db_setup)
-
-
-# Applies to the workers' connections, which open after this runs.
-CUSTOM_PLANS = """
-DO $$ BEGIN
-    EXECUTE format('ALTER DATABASE %I SET plan_cache_mode = force_custom_plan', current_database());
-END $$;
-"""
-NO_SUM_TRIGGERS = """
-ALTER TABLE work_units DISABLE TRIGGER unit_sums_on_unit;
-ALTER TABLE work_unit_attempts DISABLE TRIGGER unit_sums_on_attempt_insert;
-ALTER TABLE work_unit_attempts DISABLE TRIGGER unit_sums_on_attempt_cost;
-"""
-NO_GUARD_TRIGGER = "ALTER TABLE work_units DISABLE TRIGGER unit_state_transition_allowed;"
-
-# Throwaway-database variants that locate the cost of the ledger's claim.
-DIAGNOSTICS = [
-    *(
-        []
-        if PROPOSED_CLAIM is None
-        else [
-            dataclasses.replace(
-                next(c for c in CONFIGS if c.name == "ledger_sql_claim"),
-                name="ledger_sql_claim_proposed_fix",
-                loop="the product's claim_unit with `$2::text IS NOT NULL AND` added to the "
-                "fresh_in_domain CTE (not in the product when this variant ran)",
-                workers=_raw_ledger(finish=False, product_sql=True, proposed=True),
-            )
-        ]
-    ),
-    _variant(
-        "ledger_sql_claim",
-        "ledger_sql_claim_custom_plans",
-        "plan_cache_mode = force_custom_plan (never the cached generic plan)",
-        CUSTOM_PLANS,
-    ),
-    _variant(
-        "service_claim",
-        "service_claim_custom_plans",
-        "plan_cache_mode = force_custom_plan",
-        CUSTOM_PLANS,
-    ),
-    _variant(
-        "raw_ledger_claim",
-        "raw_ledger_claim_no_sum_triggers",
-        "the three deferred unit_sums_* constraint triggers disabled",
-        NO_SUM_TRIGGERS,
-    ),
-    _variant(
-        "raw_ledger_claim",
-        "raw_ledger_claim_no_user_triggers",
-        "the deferred sum triggers and the unit_state_transition_allowed guard disabled "
-        "(foreign keys still checked)",
-        NO_SUM_TRIGGERS + NO_GUARD_TRIGGER,
-    ),
-]
+    Config("raw_bare_claim", "bare", 120_000, seed_bare, bare_claim,
+           "1 statement, 1 commit: UPDATE … WHERE id = (SELECT … FOR NO KEY UPDATE SKIP LOCKED "
+           "LIMIT 1) on a bare table (no attempt/event rows, no triggers)"),
+    Config("raw_ledger_claim", "ledger", 40_000, seed_ledger, _raw_ledger(finish=False),
+           "1 statement, 1 commit: hand-written claim CTE on the real schema (unit update + "
+           "attempt row + event row; triggers fire)"),
+    Config("ledger_sql_claim", "ledger", 30_000, seed_ledger,
+           _raw_ledger(finish=False, product_sql=True),
+           "1 statement, 1 commit: the product's pull-next SQL as Ledger.claim runs it for an "
+           "agent holding nothing (claim_next_unit, db/sql/units.sql) on a raw connection, no "
+           "service layer"),
+    Config("service_claim", "ledger", 30_000, seed_ledger, _service(finish=False),
+           "1 statement, 1 commit: Ledger.claim over a Store/pool (pool size = concurrency), "
+           "records decoded into domain objects"),
+    Config("raw_ledger_claim_finish", "ledger", 20_000, seed_ledger, _raw_ledger(finish=True),
+           "2 commits: the hand-written claim CTE, then a finish commit (claimed → in_progress "
+           "+ event)"),
+    Config("service_claim_finish", "ledger", 20_000, seed_ledger, _service(finish=True),
+           "2 commits: Ledger.claim, then Ledger.start (claimed → in_progress, fenced by "
+           "attempt_id)"),
+    Config("service_life", "ledger", 10_000, seed_ledger, service_life,
+           "5 commits: Ledger.claim, start, record_cost, verify (evidence link), dispose MIGRATED; "
+           "one agent name per worker"),
+    Config("ledger_sql_life", "ledger", 10_000, seed_ledger, ledger_sql_life,
+           "5 commits: the statements of service_life (claim_next_unit, start_unit, record_cost, "
+           "verify_unit, dispose_verified_unit) with its arguments on a raw connection, no service "
+           "layer; one agent name per worker"),
+    Config("raw_ledger_life", "ledger", 10_000, seed_ledger, raw_ledger_life,
+           "5 commits: the hand-written claim CTE, then hand-written start, cost, verify and "
+           "dispose statements (each with its event); one agent name per worker"),
+    Config("pgqueuer", "pgqueuer", 15_000, seed_pgqueuer, pgqueuer_dequeue_complete,
+           "2 commits: PGQueuer 1.6 Queries.dequeue(batch_size=1), then log_jobs(successful) "
+           "(the queue manager's own completion statement)"),
+    Config("pgqueuer_manager", "pgqueuer", 15_000, seed_pgqueuer, pgqueuer_manager,
+           "PGQueuer 1.6 as its users run it: QueueManager.run(batch_size=1), one manager per "
+           "worker connection, a no-op entrypoint (its own dequeue, completion log and "
+           "heartbeat statements)"),
+]  # fmt: skip

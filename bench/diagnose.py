@@ -1,4 +1,6 @@
-"""Why a claim costs what it costs: the plans PostgreSQL runs for it, in a throwaway database.
+"""Why a claim costs what it costs: the claim under forced custom plans and with triggers
+off (`DIAGNOSTICS`, measured as the claim configurations are), and the plans PostgreSQL
+runs for it, in a throwaway database.
 
 The product's statements reach PostgreSQL as asyncpg prepared statements. After five
 executions PostgreSQL may switch a prepared statement to its cached *generic* plan (planned
@@ -8,16 +10,65 @@ shows both plans of the product's claim next to the hand-written one.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import asyncpg
 
-from bench.claims import LEASE_SECONDS, RAW, seed_ledger
+from bench.claims import CONFIGS, LEASE_SECONDS, RAW, Config, seed_ledger
 from work_ledger.db.connect import connect
 from work_ledger.db.queries import QUERIES
 
 BACKLOG = 30_000
 CLAIMS_BEFORE = 500  # claimed units ahead in the ready index, as in a running queue
+
+
+def _variant(base: str, name: str, note: str, db_setup: str) -> Config:
+    config = next(c for c in CONFIGS if c.name == base)
+    return dataclasses.replace(config, name=name, loop=f"{config.loop}; {note}", db_setup=db_setup)
+
+
+# Applies to the workers' connections, which open after this runs.
+CUSTOM_PLANS = """
+DO $$ BEGIN
+    EXECUTE format('ALTER DATABASE %I SET plan_cache_mode = force_custom_plan', current_database());
+END $$;
+"""
+NO_SUM_TRIGGERS = """
+ALTER TABLE work_units DISABLE TRIGGER unit_sums_on_unit;
+ALTER TABLE work_unit_attempts DISABLE TRIGGER unit_sums_on_attempt_insert;
+ALTER TABLE work_unit_attempts DISABLE TRIGGER unit_sums_on_attempt_cost;
+"""
+NO_GUARD_TRIGGER = "ALTER TABLE work_units DISABLE TRIGGER unit_state_transition_allowed;"
+
+# Throwaway-database variants that locate the cost of the ledger's claim.
+DIAGNOSTICS = [
+    _variant(
+        "ledger_sql_claim",
+        "ledger_sql_claim_custom_plans",
+        "plan_cache_mode = force_custom_plan (never the cached generic plan)",
+        CUSTOM_PLANS,
+    ),
+    _variant(
+        "service_claim",
+        "service_claim_custom_plans",
+        "plan_cache_mode = force_custom_plan",
+        CUSTOM_PLANS,
+    ),
+    _variant(
+        "raw_ledger_claim",
+        "raw_ledger_claim_no_sum_triggers",
+        "the three deferred unit_sums_* constraint triggers disabled",
+        NO_SUM_TRIGGERS,
+    ),
+    _variant(
+        "raw_ledger_claim",
+        "raw_ledger_claim_no_user_triggers",
+        "the deferred sum triggers and the unit_state_transition_allowed guard disabled "
+        "(foreign keys still checked)",
+        NO_SUM_TRIGGERS + NO_GUARD_TRIGGER,
+    ),
+]
 
 
 async def _explain(conn: asyncpg.Connection, statement: str, call: str, mode: str) -> list[str]:

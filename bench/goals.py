@@ -136,20 +136,6 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
             "service claim p50 (c=1) with the large backlog ÷ with the small one",
         )
     )
-    proposed = _get(scale, "large_by_path", "proposed_sql:c=1")
-    if proposed:
-        out.append(
-            _goal(
-                "(proposed claim_unit guard, not in the product measured) same ratio",
-                _ratio(
-                    proposed.get("claim_p50_ms"),
-                    _get(scale, "small_by_path", "proposed_sql:c=1", "claim_p50_ms"),
-                ),
-                "<=",
-                1.2,
-                "the product's claim_unit with the one-line guard, on a raw connection",
-            )
-        )
     lp = _get(result, "longpoll") or {}
     out.append(_goal("long-poll wake-up p50 ≤ 50 ms", lp.get("wake_p50_ms"), "<=", 50, ""))
     out.append(
@@ -172,7 +158,25 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
             "claim p50 over the last tenth of the lives ÷ over the first tenth",
         )
     )
-    return out
+    return out + fleet_goals(result)
+
+
+def fleet_goals(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The largest fleet on one serve: no errors, and RSS and descriptors flat."""
+    runs = [r for r in _get(result, "fleet", "runs") or [] if r["replicas"] == 1]
+    if not runs:
+        return []
+    r = max(runs, key=lambda x: x["agents"])
+    rss, fds = r["serve_rss_mb"], r["serve_fds"]
+    flat = "median of the last third of the samples ÷ of the first third"
+    return [
+        _goal(f"fleet: {r['agents']} agents on one serve, errors = 0", r["errors"], "<=", 0,
+              f"claim p99 {round(r['claim_p99_ms'] or 0, 1)} ms over {r['seconds']} s"),
+        _goal("fleet: serve RSS flat (≤ 1.1x)", rss["flat"] and rss["flat"][0], "<=",
+              1.1, flat),
+        _goal("fleet: serve descriptors flat (≤ 1.2x)", fds["flat"] and fds["flat"][0],
+              "<=", 1.2, flat),
+    ]  # fmt: skip
 
 
 PAIRS = [

@@ -92,7 +92,6 @@ class MiniHttp:
 
 
 def process_cpu(app: AppProcess) -> float:
-
     return process_tree_cpu(app.ps)
 
 
@@ -296,50 +295,23 @@ LIFE_LOOP = "5 requests, 5 commits: claim, start, cost, verify, dispose MIGRATED
 KEYED = ", each with a fresh Idempotency-Key, as the SDK sends"
 # name: (app, operations, backlog, what one item's measured loop includes)
 CONFIGS = {
-    "http_claim": (
-        "serve",
-        claim_finish_ops,
-        20_000,
-        CLAIM_LOOP + "in_progress through "
-        "`work-ledger serve` (token auth, validation, service); a sub-agent per item",
-    ),
-    "http_claim_keyed": (
-        "serve",
-        partial(claim_finish_ops, keyed=True),
-        20_000,
-        "http_claim" + KEYED,
-    ),
-    "asgi_raw_claim": (
-        "bare",
-        claim_finish_ops,
-        20_000,
-        CLAIM_LOOP + "in_progress to a bare "
-        "ASGI app: the hand-written claim CTE and finish (serve's pool size)",
-    ),
-    "http_claim_budget": (
-        "serve",
-        claim_finish_ops,
-        20_000,
-        "http_claim with 1,000 budgets, "
-        "a fleet-wide and a domain one over the claimed units, far from spent",
-    ),
-    "http_claim_controls": (
-        "serve",
-        claim_finish_ops,
-        20_000,
-        "http_claim with flow controls on 200 other fleets: a cap on each, every other one "
-        "paused, a domain cap in each",
-    ),
+    "http_claim": ("serve", claim_finish_ops, 20_000, CLAIM_LOOP + "in_progress through "
+                   "`work-ledger serve` (token auth, validation, service); a sub-agent per item"),
+    "http_claim_keyed": ("serve", partial(claim_finish_ops, keyed=True), 20_000,
+                         "http_claim" + KEYED),
+    "asgi_raw_claim": ("bare", claim_finish_ops, 20_000, CLAIM_LOOP + "in_progress to a bare "
+                       "ASGI app: the hand-written claim CTE and finish (serve's pool size)"),
+    "http_claim_budget": ("serve", claim_finish_ops, 20_000, "http_claim with 1,000 budgets, "
+                          "a fleet-wide and a domain one over the claimed units, far from spent"),
+    "http_claim_controls": ("serve", claim_finish_ops, 20_000, "http_claim with flow controls "
+                            "on 200 other fleets: a cap on each, every other one paused, a "
+                            "domain cap in each"),
     "http_life": ("serve", life_ops, 8_000, LIFE_LOOP + "through serve; a token per worker"),
     "http_life_keyed": ("serve", partial(life_ops, keyed=True), 8_000, "http_life" + KEYED),
-    "http_life_by_model": (
-        "serve",
-        partial(life_ops, cost=BY_MODEL),
-        8_000,
-        "http_life with a Claude Code result's cost record: model, four token counts",
-    ),
+    "http_life_by_model": ("serve", partial(life_ops, cost=BY_MODEL), 8_000, "http_life with a "
+                           "Claude Code result's cost record: model, four token counts"),
     "asgi_raw_life": ("bare", life_ops, 8_000, LIFE_LOOP + "to the bare ASGI app"),
-}
+}  # fmt: skip
 
 
 async def one_window(

@@ -72,6 +72,41 @@ def http_table(http: dict[str, Any]) -> list[str]:
     return lines
 
 
+def fleet_table(result: dict[str, Any]) -> list[str]:
+    fl = result.get("fleet")
+    if not fl:
+        return []
+    lines = [
+        "## Fleet",
+        "",
+        "Agents over HTTP through the async SDK, a token each, long-polls of 30 s, "
+        "a heartbeat each life; units arriving for about half the fleet. RSS and descriptors "
+        "per serve: after a tenth of the run → at the end (max; flat: median of the last "
+        "third of the samples ÷ the first third's).",
+        "",
+        "| agents | serve | s | lives/s | claim p50 ms | claim p99 ms | write p99 ms | errors "
+        "| RSS MB | fds | PG conns max | CPU % serve / client / PG | waited for a CPU % "
+        "serve / client |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|---|",
+    ]
+    for r in fl["runs"]:
+        rss, fds = r["serve_rss_mb"], r["serve_fds"]
+        lines.append(
+            f"| {r['agents']} | {r['replicas']} | {r['seconds']:.0f} | {r['lives_per_s']} "
+            f"| {_ms(r['claim_p50_ms'])} | {_ms(r['claim_p99_ms'])} | {_ms(r['write_p99_ms'])} "
+            f"| {r['errors']} | {rss['settled']} → {rss['end']} ({rss['max']}; {rss['flat']}) "
+            f"| {fds['settled']} → {fds['end']} ({fds['max']}; {fds['flat']}) "
+            f"| {r['pg_connections_max']} "
+            f"| {r['serve_cpu_pct']} / {r['client_cpu_pct']} / {r['pg_cpu_pct']} "
+            f"| {r.get('serve_run_queue_pct')} / {r.get('client_run_queue_pct')} |"
+        )
+    return lines
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
 def goals_table(goals: list[dict[str, Any]]) -> list[str]:
     lines = ["| goal | measured | bound | verdict |", "|---|---:|---|---|"]
     for g in goals:
@@ -146,6 +181,8 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
         lines += ["", *scale.markdown(result["scale"])]
     if "longpoll" in result or "soak" in result:
         lines += ["", *endurance.markdown(result)]
+    if result.get("fleet"):
+        lines += ["", *fleet_table(result)]
     for name, program in result.get("programs", {}).items():
         verdict = "ran" if program["exit"] == 0 else f"FAILED (exit {program['exit']})"
         lines += ["", f"## {name}: `{program['command']}` {verdict} in {program['seconds']} s"]

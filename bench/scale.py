@@ -20,7 +20,6 @@ import asyncpg
 from bench.claims import (
     EVIDENCE,
     LEASE_SECONDS,
-    PROPOSED_CLAIM,
     RAW,
     connections,
     ledger_over_pool,
@@ -66,12 +65,6 @@ async def _claim_window(
                     if claim.unit is None or claim.attempt is None:
                         return None
                     unit, attempt = claim.unit.id, claim.attempt.id
-                elif path == "proposed_sql":
-                    row = await conn.fetchrow(PROPOSED_CLAIM, actor.name, None, LEASE_SECONDS, None)
-                    latency = time.perf_counter() - t0
-                    if row is None:
-                        return None
-                    unit, attempt = row["unit"]["id"], row["attempt"]["id"]
                 else:
                     row = await conn.fetchrow(RAW["ledger_claim"], actor.name, LEASE_SECONDS)
                     latency = time.perf_counter() - t0
@@ -103,7 +96,7 @@ async def claim_by_backlog(
             out[f"seed_seconds_{label}"] = round(await _seed_units(url, size), 1)
             runs: dict[str, list[dict[str, Any]]] = {}
             for rep in range(args.reps):
-                paths = ["service", "raw_ledger"] + (["proposed_sql"] if PROPOSED_CLAIM else [])
+                paths = ["service", "raw_ledger"]
                 for path in paths:
                     for c in (1, 16):
                         s = await _claim_window(server, url, path, c, args.warmup, args.duration)

@@ -1,6 +1,8 @@
-"""DESIGN §12's costs, measured in one run on one PostgreSQL (`bench.run --sections shape`).
+"""DESIGN §12's costs, measured in one run on one PostgreSQL (`bench.run --sections shape`),
+and registration with requirement edges (`register`, below: `--sections register`).
 
     uv run python -m bench.shape [--units 1000000] [--claims 2000] [--rounds 3]
+    uv run --group bench python -m bench.shape register [--units 100000] [--rounds 3] [--out DIR]
 
 - pull-next p50 over a backlog of `--units` units with as many requirement edges (fan-ins
   onto 1,000 finished libraries, so every unit stays ready) against the same backlog
@@ -13,6 +15,21 @@
 Seeding writes the rows with triggers off (session_replication_role = replica, as a
 restore does) and sets the counters the triggers would have set; everything measured runs
 through the ledger's own statements with every trigger on.
+
+`register`: 100,000 units registered through `POST /units` with requirement edges, against
+100,000 without, side by side on one `work-ledger serve` (issue 28).
+
+Each round registers `--units` units of each kind in batches of 1,000 (the largest batch
+`POST /units` takes), the two kinds alternating batch by batch (which goes first swaps
+every batch), so both see the same machine and a table of the same size:
+- *flat*: no `requires`;
+- *edges*: one requirement per unit, 1,000 edges a batch: chains of ten within the batch
+  (each unit requires the one before it, by external_ref in the same batch), each chain's
+  head requiring one of 1,000 libraries registered before the first round (fan-ins of
+  100 per round). The libraries are not finished, so every such unit is registered
+  `waiting`; the cycle check, the unknown-ref check and the edge rows all run.
+The figure is units per second of each kind per round (the sum of its batches' request
+times), the ratio edges ÷ flat per round, and the medians over the rounds; batch p50s too.
 """
 
 from __future__ import annotations
@@ -20,15 +37,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import datetime as dt
+import json
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
-from bench.harness import recreated, server_url
+from bench.harness import load_average, recreated, server_url
+from bench.httpbench import MiniHttp, app_process, mint_token
 from work_ledger.db.connect import create_pool, ensure_database, with_database
 from work_ledger.db.store import Store
 from work_ledger.domain.model import Actor, Disposition, NewUnit
@@ -224,7 +246,107 @@ async def _hot_scope(admin: str, rounds: int, agents: int = 64, records: int = 4
     )
 
 
+BATCH = 1000
+LIBS = 1000
+CHAIN = 10
+
+
+def flat_batch(tag: str) -> list[dict[str, Any]]:
+    return [{"external_ref": f"{tag}-{i}", "fleet": "f", "domain": "flat"} for i in range(BATCH)]
+
+
+def edged_batch(tag: str, lib: int) -> list[dict[str, Any]]:
+    units = []
+    for i in range(BATCH):
+        head = i % CHAIN == 0
+        requires = [f"lib-{(lib + i // CHAIN) % LIBS}"] if head else [f"{tag}-{i - 1}"]
+        units.append(
+            {"external_ref": f"{tag}-{i}", "fleet": "f", "domain": "edges", "requires": requires}
+        )
+    return units
+
+
+async def post_batch(http: MiniHttp, units: list[dict[str, Any]]) -> float:
+    start = time.perf_counter()
+    answer = await http.post("/units", {"units": units})
+    elapsed = time.perf_counter() - start
+    created = answer["created"]
+    if created != len(units):
+        raise RuntimeError(f"POST /units created {created} of {len(units)}: {answer}")
+    return elapsed
+
+
+async def one_round(http: MiniHttp, r: int, units: int) -> dict[str, Any]:
+    times: dict[str, list[float]] = {"flat": [], "edges": []}
+    for b in range(units // BATCH):
+        kinds = ("flat", "edges") if (b + r) % 2 == 0 else ("edges", "flat")
+        for kind in kinds:
+            tag = f"r{r}-{kind}-b{b}"
+            batch = flat_batch(tag) if kind == "flat" else edged_batch(tag, b * 100)
+            times[kind].append(await post_batch(http, batch))
+    per_s = {k: len(v) * BATCH / sum(v) for k, v in times.items()}
+    return {
+        "units_per_s": {k: round(v) for k, v in per_s.items()},
+        "batch_p50_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in times.items()},
+        "ratio": round(per_s["edges"] / per_s["flat"], 3),
+        "load_average_end": load_average(),
+    }
+
+
+async def register(args: argparse.Namespace) -> dict[str, Any]:
+    home = Path(tempfile.mkdtemp(prefix="wl-bench-register-"))
+    # Registered before the server starts, so it runs after the server has stopped.
+    atexit.register(shutil.rmtree, home, True)
+    url = await recreated(server_url(home / "pg"), "bench_register")
+    await migrate_database(url)
+    token = await mint_token(url, home, "operator", "bench-operator")
+    result: dict[str, Any] = {
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "units": args.units,
+        "load_average_start": load_average(),
+        "rounds": [],
+    }
+    async with app_process("serve", url, home) as app:
+        http = MiniHttp(app.port, {"Authorization": f"Bearer {token}"})
+        await http.open()
+        try:
+            libs = [
+                {"external_ref": f"lib-{i}", "fleet": "f", "domain": "libs"} for i in range(LIBS)
+            ]
+            await post_batch(http, libs)
+            for r in range(args.rounds):
+                row = await one_round(http, r, args.units)
+                result["rounds"].append(row)
+                print(f"round {r + 1}: {json.dumps(row)}", flush=True)
+        finally:
+            await http.close()
+    rounds = result["rounds"]
+    result["median"] = {
+        "flat_units_per_s": statistics.median(x["units_per_s"]["flat"] for x in rounds),
+        "edges_units_per_s": statistics.median(x["units_per_s"]["edges"] for x in rounds),
+        "ratio": statistics.median(x["ratio"] for x in rounds),
+    }
+    return result
+
+
+def register_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description="registration with and without edges")
+    parser.add_argument("--units", type=int, default=100_000, help="units of each kind a round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    arguments = parser.parse_args(argv)
+    outcome = asyncio.run(register(arguments))
+    print(json.dumps(outcome["median"]))
+    stamp = outcome["started_at"].replace("+00:00", "Z").replace("-", "").replace(":", "")
+    path = Path(arguments.out) / f"register-{stamp}.json"
+    path.write_text(json.dumps(outcome, indent=1) + "\n", encoding="utf-8")
+    print(f"raw results: {path}")
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["register"]:
+        register_main(sys.argv[2:])
+        sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--units", type=int, default=1_000_000)
     parser.add_argument("--claims", type=int, default=2000)

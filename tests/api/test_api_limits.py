@@ -171,3 +171,22 @@ async def test_unknown_prefixes_cost_no_lookup_of_their_own(api: Api) -> None:
     assert 1 <= len(counted.sent) <= 2
     fresh = await api.token(Role.READER, "minted-elsewhere")
     assert (await tokens.verify(fresh)).principal == "minted-elsewhere"
+
+
+async def test_an_idle_connection_outlives_the_clients_keep_alive(make_api: MakeApi) -> None:
+    """serve keeps an idle connection open longer than httpx (the SDK) keeps reusing one: a
+    client never sends on a connection the server is closing at that moment."""
+    api = await make_api(limits=Limits())  # serve's own limits
+    reader, writer = await _connect(api.url)
+    try:
+        for _ in range(2):
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 ")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            # Idle as long as httpx may still reuse the connection, and a little more.
+            await asyncio.sleep(httpx.Limits().keepalive_expiry + 0.5)
+        assert not reader.at_eof()
+    finally:
+        writer.close()

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
 from support.lease_history import HEARTBEAT_FRACTION, LEASE_SECONDS, renewals_in_time, sleep_past
 from support.wl_server import LedgerServer
 from work_ledger.client import AsyncClient, Client, NothingToClaim
+from work_ledger.client._sending import Call
+from work_ledger.client.aio_work import AsyncWork
+from work_ledger.errors import AttemptSuperseded
 
 EVIDENCE = "https://ci.example/runs/5"
 
@@ -68,3 +72,40 @@ async def test_async_claim_empty_raises(async_agent: AsyncClient) -> None:
     """Nothing claimable: NothingToClaim."""
     with pytest.raises(NothingToClaim):
         await async_agent.claim_work()
+
+
+async def test_a_heartbeat_refused_while_verify_ends_the_attempt_loses_nothing(
+    operator: Client, async_agent: AsyncClient
+) -> None:
+    """A heartbeat sent before verify and answered after verify committed is refused (the
+    attempt ended); the work is not lost for it: dispose, the unit's last write, goes on."""
+    operator.register([{"external_ref": "u1", "fleet": "f"}])
+    claim = await async_agent.claim_next()
+    verified, refused = asyncio.Event(), asyncio.Event()
+
+    class Reordered:
+        """The agent's client, answering the heartbeat between verify's commit and answer."""
+
+        timeout = async_agent.timeout
+
+        async def send(self, call: Call[Any]) -> Any:
+            if call.path.endswith("/heartbeat"):
+                await verified.wait()
+                try:
+                    return await async_agent.send(call)
+                finally:
+                    refused.set()
+            answer = await async_agent.send(call)
+            if (call.json or {}).get("to") == "verified":
+                verified.set()
+                await refused.wait()
+            return answer
+
+    work = AsyncWork(Reordered(), claim)
+    await work.start()
+    beat = asyncio.create_task(work.heartbeat())
+    await work.verify(EVIDENCE)
+    with pytest.raises(AttemptSuperseded):
+        await beat
+    await work.dispose("MIGRATED")
+    assert (await async_agent.get_unit("u1")).unit.state == "done"

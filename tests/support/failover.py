@@ -5,7 +5,8 @@
 after it reserved its key, lets the standby fall behind (the primary's WAL sender stopped,
 as on a broken link), kills the primary, promotes the standby, retries that claim under its key,
 and holds every recorded request against the promoted server. The test
-(`test_database_failover.py`, synchronous standby) and `bench/failover.py` (both settings) run it.
+(`test_database_failover.py`, synchronous standby) and `bench.ha failover` (both settings)
+run it.
 """
 
 from __future__ import annotations

@@ -212,8 +212,9 @@ async def audit(env: dict[str, str]) -> tuple[int, str]:
 StartServer = Callable[..., Awaitable[Served]]
 
 
-# `serve` closes a connection idle 5 s (uvicorn's default), httpx reuses one idle up to 5 s:
-# the two race on a loaded machine (a ReadError). Drop idle connections well before.
+# `serve` closes a connection idle 10 s, httpx reuses one idle up to 5 s; on a machine
+# loaded enough to stall a test's client for seconds the two could still race (a
+# ReadError). Drop idle connections well before.
 KEEPALIVE_EXPIRY = 1.0
 
 

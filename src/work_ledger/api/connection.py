@@ -1,5 +1,5 @@
 """Limits before work, per connection: header size, read deadlines, idle keep-alive, and a
-cap on concurrent connections.
+cap on concurrent connections (with descriptors enough for it: `raise_open_files`).
 
 uvicorn's httptools protocol has the idle keep-alive timeout and a concurrency cap (503),
 but no header size limit and no deadline for reading a request: a client that sends half a
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +32,30 @@ class Limits:
     max_head_bytes: int = 16 * 1024
     head_seconds: float = 10.0
     body_seconds: float = 20.0
-    keep_alive_seconds: int = 5
+    # Longer than the clients' own idle expiry (httpx 5 s, the SDK's; Node's fetch 4 s): a
+    # client then never reuses a connection the server is closing at that moment (a
+    # ReadError and a retry; a fleet's heartbeats every 5 s hit it dozens of times a
+    # minute). The head deadline closes an idle connection after `head_seconds` anyway.
+    keep_alive_seconds: int = 10
     max_connections: int = 2048
+
+
+# Descriptors beyond the clients' own: the pool, the listener, log and data files.
+SPARE_FILES = 256
+
+
+def raise_open_files(limits: Limits = Limits()) -> tuple[int, int]:
+    """Lift this process's soft limit on open descriptors (often 1,024) towards its hard
+    limit, so that `limits.max_connections` clients fit: past the soft limit, accepting a
+    connection fails (EMFILE) and the server stops accepting, long before its own cap
+    answers 503. Never lowers it. The (needed, soft limit now) pair."""
+    needed = limits.max_connections + SPARE_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return needed, soft
 
 
 def server_options(limits: Limits = Limits()) -> dict[str, Any]:

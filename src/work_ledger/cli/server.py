@@ -167,7 +167,7 @@ def serve(
 
     from work_ledger.api.access_log import configure_logging
     from work_ledger.api.app import create_app, is_loopback
-    from work_ledger.api.connection import server_options
+    from work_ledger.api.connection import raise_open_files, server_options
     from work_ledger.api.serving import DrainingServer
 
     tls = _tls_files(tls_cert, tls_key)
@@ -176,6 +176,16 @@ def serve(
     # uvicorn re-raises SIGTERM after its graceful shutdown; exiting through SystemExit
     # instead runs the atexit hooks, so the embedded PostgreSQL stops with us (and exits 0).
     signal.signal(signal.SIGTERM, _stopped)
+    needed, open_files = raise_open_files()
+    if open_files < needed:
+        err_console.print(
+            f"warning: at most {open_files} open files (the hard limit); {needed} let serve hold "
+            f"its 2,048 connections. Raise the hard limit: `ulimit -Hn {needed}`, or "
+            f"LimitNOFILE={needed} in a systemd unit.",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     if not is_loopback(host) or load_settings().operator_token_file is not None:
         run_async(_first_token(host, migrate=not no_migrate))
     application = create_app(load_settings(), host=host, bootstrap=True, migrate=not no_migrate)

@@ -117,7 +117,11 @@ class WorkBase:
         return step
 
     def _ended(self, step: Step) -> Step:
+        # The fenced write that ended the attempt was accepted, so the claim was held until
+        # it: a heartbeat refused meanwhile (sent before it, answered after it committed)
+        # lost nothing, and must not stop the unit's remaining writes (dispose).
         self._state.end()
+        self._state.lost = None
         return self._stepped(step)
 
     def _took_unit(self, unit: Unit) -> None:

@@ -1,0 +1,321 @@
+"""High availability: backup and restore, database failover, the WAL mirror; each a program
+of its own, with its own servers (the test suite's helpers, `tests/support`):
+
+    PYTHONPATH=tests uv run python -m bench.ha backup --units 1000000 [--agents 4] [--out DIR]
+    PYTHONPATH=tests uv run python -m bench.ha failover [--rounds 3] [--seconds 3] [--lag 0.5]
+    PYTHONPATH=tests uv run python -m bench.ha walmirror [--rounds 3] [--seconds 10] [--agents 8]
+
+`backup` builds a ledger of --units units in the embedded default (a fresh WL_HOME), one
+`registered` event each, starts `work-ledger serve` on it and --agents agents that claim
+and release units while `work-ledger backup DEST` runs, then restores DEST into a new
+WL_HOME with `work-ledger restore` and times `work-ledger audit` there: one row of seconds,
+bytes, and the writes the agents had acknowledged meanwhile.
+
+`failover` runs the scenario of tests/faults/test_database_failover.py (a primary and a
+standby, agents through `serve` on a multi-host URL, the primary's WAL sender stopped for
+--lag seconds, SIGKILL of the primary, `pg_ctl promote`) --rounds times per standby
+setting, and prints what the history checker found against the promoted server: with a
+synchronous standby nothing acknowledged may be missing; with an asynchronous one, a write
+acknowledged by the primary but not yet streamed is lost.
+
+`walmirror` measures what WL_WAL_MIRROR costs: claims per second through `serve` on the
+embedded default with the WAL streamed synchronously to a second folder and without, in
+alternating rounds on new WL_HOMEs (AGENTS agents claim a unit and release it for
+--seconds), then the median of COMMITS one-row commits in turn (the round trip a commit
+waits for). The mirror's folder is on the same disk, so the figures are the cost of the
+synchronous round trip to pg_receivewal and its fsync, not of a second disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from support.embedded_load import embedded_env, embedded_url
+from support.failover import Failover, run_failover
+from support.pgcluster import build_pair, remove
+from support.ports import free_ha_port
+from support.served import Served, client, ledger_env, mint
+from work_ledger.db.connect import (
+    DATABASE_NAME,
+    connect,
+    create_pool,
+    ensure_database,
+    with_database,
+)
+from work_ledger.db.queries import QUERIES
+from work_ledger.db.store import Store
+from work_ledger.embedded.server import embedded_server_url
+from work_ledger.runtime import migrate_database
+from work_ledger.service.tokens import Role, TokenStore
+
+WORK_LEDGER = str(Path(sys.executable).with_name("work-ledger"))
+SECRET = "bench-backup-secret"
+BATCH = 50_000
+
+
+def env_for(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WL_")}
+    return env | {"WL_HOME": str(home), "WL_SECRET": SECRET}
+
+
+def timed_cli(home: Path, *args: str) -> float:
+    started = time.monotonic()
+    done = subprocess.run(
+        [WORK_LEDGER, *args], env=env_for(home), capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return time.monotonic() - started
+
+
+async def build(url: str, units: int) -> None:
+    """`units` registered units, by the service's own statement in large batches."""
+    conn = await connect(url)
+    try:
+        for start in range(0, units, BATCH):
+            refs = [f"bench-{i:08d}" for i in range(start, min(start + BATCH, units))]
+            domains = [f"d{i % 8}" for i in range(len(refs))]
+            none = [None] * len(refs)
+            # The statement's parameters (db/sql/units.sql): no requirements, no exclusion
+            # keys, the default attempt limit.
+            await conn.fetch(
+                QUERIES["register_units"], refs, ["bench"] * len(refs), domains, none, "bench",
+                [5] * len(refs), [], [], [], none,
+            )  # fmt: skip
+        await conn.execute("VACUUM ANALYZE")
+    finally:
+        await conn.close()
+
+
+async def agents_at_work(base: str, tokens: list[str], stop: asyncio.Event) -> int:
+    """Agents claiming and releasing units until `stop`: how many writes were acknowledged."""
+    acked = 0
+
+    async def agent(token: str) -> None:
+        nonlocal acked
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as http:
+            while not stop.is_set():
+                claim = (await http.post("/units/claim", json={})).json()
+                unit = claim["unit"]["id"]
+                body = {"to": "ready", "outcome": "failed", "reason": "bench"}
+                released = await http.post(f"/units/{unit}/transition", json=body)
+                acked += 1 + (released.status_code == 200)
+
+    await asyncio.gather(*(agent(t) for t in tokens))
+    return acked
+
+
+def timed_backup(home: Path, dest: Path) -> tuple[float, int]:
+    return timed_cli(home, "backup", str(dest)), dest.stat().st_size
+
+
+async def serve_and_backup(home: Path, url: str, agents: int, dest: Path) -> dict[str, Any]:
+    pool = await create_pool(url, min_size=1, max_size=1)
+    try:
+        minted = TokenStore(Store(pool), SECRET.encode())
+        tokens = [(await minted.create(Role.AGENT, f"b{i}"))[0] for i in range(agents)]
+    finally:
+        await pool.close()
+    serve = Served(env_for(home), home)
+    await serve.start()
+    try:
+        stop = asyncio.Event()
+        work = asyncio.create_task(agents_at_work(serve.url, tokens, stop))
+        await asyncio.sleep(2)
+        seconds, size = await asyncio.to_thread(timed_backup, home, dest)
+        stop.set()
+        acked = await work
+        return {"backup_seconds": seconds, "backup_bytes": size, "acked_meanwhile": acked}
+    finally:
+        serve.stop()
+
+
+async def backup(args: Any) -> None:
+    scratch = Path(tempfile.mkdtemp(prefix="wl-bench-backup-"))
+    source, target = scratch / "source", scratch / "target"
+    atexit.register(shutil.rmtree, scratch, True)  # after the server's own exit hook
+    try:
+        # Deleted when this process exits (after serve, the last other user, has).
+        admin = await asyncio.to_thread(embedded_server_url, source, delete_on_exit=True)
+        url = with_database(admin, DATABASE_NAME)
+        conn = await connect(admin)
+        await conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+        await conn.close()
+        await migrate_database(url)
+        started = time.monotonic()
+        await build(url, args.units)
+        built = time.monotonic() - started
+        conn = await connect(url)
+        db_bytes = await conn.fetchval("SELECT pg_database_size(current_database())")
+        await conn.close()
+        row = {"units": args.units, "build_seconds": built, "database_bytes": db_bytes}
+        row |= await serve_and_backup(source, url, args.agents, scratch / "ledger.dump")
+        row["restore_seconds"] = await asyncio.to_thread(
+            timed_cli, target, "restore", str(scratch / "ledger.dump")
+        )
+        row["audit_seconds"] = await asyncio.to_thread(timed_cli, target, "audit")
+        print(json.dumps(row), flush=True)
+        if args.out:
+            out = Path(args.out) / f"backup-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+            out.write_text(json.dumps(row, indent=2) + "\n")
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+        (scratch / "ledger.dump").unlink(missing_ok=True)
+
+
+DATABASE = "ledger"
+
+
+async def failover_round(synchronous: bool, seconds: float, lag: float) -> Failover:
+    base = Path(tempfile.mkdtemp(prefix="wl-bench-failover-"))
+    servers = Path(tempfile.mkdtemp(prefix="wl-bench-failover-pg-"))  # owned by PostgreSQL's user
+    pair = await asyncio.to_thread(build_pair, servers, synchronous=synchronous)
+    started: list[Served] = []
+
+    async def start(url: str, **env: str) -> Served:
+        home = base / f"home-{len(started)}"
+        home.mkdir()
+        server = Served(ledger_env(url, home, **env), home)
+        started.append(server)
+        await server.start()
+        return server
+
+    try:
+        await ensure_database(pair.primary.url(), DATABASE)
+        await migrate_database(pair.primary.url(DATABASE))
+        return await run_failover(pair, DATABASE, start, load_seconds=seconds, lag_seconds=lag)
+    finally:
+        for server in started:
+            server.stop()
+        await asyncio.to_thread(pair.stop)
+        remove(servers)
+        remove(base)
+
+
+async def failover(args: Any) -> None:
+    for synchronous in (True, False):
+        setting = "synchronous" if synchronous else "asynchronous"
+        for n in range(args.rounds):
+            result = await failover_round(synchronous, args.seconds, args.lag)
+            lost = [v for v in result.report.violations if "acknowledged" in v]
+            print(
+                f"== {setting} standby, round {n + 1}: {len(result.report.violations)} "
+                f"violations ({len(lost)} naming an acknowledged write)\n{result.summary()}\n",
+                flush=True,
+            )
+
+
+COMMITS = 300
+
+
+async def _mirror_agent(url: str, token: str, stop: float) -> int:
+    claims = 0
+    async with client(url, token, timeout=30) as http:
+        while time.monotonic() < stop:
+            answer = (await http.post("/units/claim", json={})).json()
+            if answer.get("attempt") is None:
+                continue
+            body = {"to": "ready", "outcome": "abandoned", "attempt_id": answer["attempt"]["id"]}
+            done = await http.post(f"/units/{answer['unit']['id']}/transition", json=body)
+            assert done.status_code == 200, done.text
+            claims += 1
+    return claims
+
+
+async def _commit_ms(url: str) -> float:
+    conn = await connect(url)
+    try:
+        await conn.execute("CREATE TABLE bench_commit (x int)")  # logged: each commit waits
+        times = []
+        for _ in range(COMMITS):
+            started = time.perf_counter()
+            await conn.execute("INSERT INTO bench_commit VALUES (1)")
+            times.append(time.perf_counter() - started)
+        return statistics.median(times) * 1000
+    finally:
+        await conn.close()
+
+
+async def mirror_round(mirror: bool, seconds: float, agents: int) -> tuple[float, float]:
+    base = Path(tempfile.mkdtemp(prefix="wl-bench-mirror-"))
+    extra = {"WL_WAL_MIRROR": str(base / "mirror")} if mirror else {}
+    home = base / "home"
+    home.mkdir()
+    # Ports clear of the test runs' blocks: another run's server must not answer for ours.
+    server = Served(embedded_env(home, **extra), home, port=free_ha_port())
+    try:
+        await server.start()
+        operator, *tokens = await mint(
+            embedded_url(home),
+            [(Role.OPERATOR, "op")] + [(Role.AGENT, f"a{i}") for i in range(agents)],
+        )
+        async with client(server.url, operator, timeout=30) as op:
+            units = [{"external_ref": f"u{i}", "fleet": "f"} for i in range(agents * 4)]
+            assert (await op.post("/units", json={"units": units})).status_code == 200
+        stop = time.monotonic() + seconds
+        counts = await asyncio.gather(*(_mirror_agent(server.url, t, stop) for t in tokens))
+        return sum(counts) / seconds, await _commit_ms(embedded_url(home))
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def walmirror(args: Any) -> None:
+    figures: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for n in range(args.rounds):
+        for mirror in (False, True):
+            rate, commit = await mirror_round(mirror, args.seconds, args.agents)
+            figures[mirror].append((rate, commit))
+            print(
+                f"round {n + 1}, mirror {'on ' if mirror else 'off'}: {rate:.0f} claims/s, "
+                f"commit {commit:.2f} ms",
+                flush=True,
+            )
+    for i, name in enumerate(("claims/s", "commit ms")):
+        off = [f[i] for f in figures[False]]
+        on = [f[i] for f in figures[True]]
+        ratios = [b / a for a, b in zip(off, on, strict=True)]
+        print(
+            f"median {name}: off {statistics.median(off):.2f}, on {statistics.median(on):.2f}; "
+            f"median same-round ratio on/off {statistics.median(ratios):.2f}"
+        )
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="program", required=True)
+    p = sub.add_parser("backup", help="backup and restore of a large ledger under load")
+    p.add_argument("--units", type=int, default=1_000_000)
+    p.add_argument("--agents", type=int, default=4)
+    p.add_argument("--out", default="bench/results")
+    p = sub.add_parser("failover", help="database failover, synchronous and asynchronous")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=3.0, help="load before and after")
+    p.add_argument(
+        "--lag", type=float, default=0.5, help="seconds the standby is held behind before the kill"
+    )
+    p = sub.add_parser("walmirror", help="claims per second with WL_WAL_MIRROR on and off")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--agents", type=int, default=8)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    arguments = parse()
+    program = {"backup": backup, "failover": failover, "walmirror": walmirror}[arguments.program]
+    asyncio.run(program(arguments))
