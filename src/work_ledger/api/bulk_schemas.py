@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic import Strict as StrictMark
 
-from work_ledger.api.schemas import Body, ExternalRef, Name, Out
+from work_ledger.api.schemas import Body, ExternalRef, Name
 from work_ledger.domain.model import Disposition, State
 from work_ledger.service.bulk import DEFAULT_LIMIT, MAX_LIMIT, BulkAction
 
@@ -57,7 +57,7 @@ class BulkIn(Body):
     limit: BulkLimit = DEFAULT_LIMIT
 
 
-class BulkChangedOut(Out):
+class BulkChangedOut(BaseModel):
     model_config = ConfigDict(from_attributes=True, serialize_by_alias=True)
 
     id: uuid.UUID
@@ -66,7 +66,9 @@ class BulkChangedOut(Out):
     to_state: State = Field(serialization_alias="to")
 
 
-class BulkSkippedOut(Out):
+class BulkSkippedOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     id: uuid.UUID
     external_ref: str
     state: State

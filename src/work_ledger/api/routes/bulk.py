@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, Response
 
 from work_ledger.api import problems
 from work_ledger.api.bulk_schemas import BulkIn, BulkOut
-from work_ledger.api.wire import answer, body_doc
-from work_ledger.api.writes import Write, write_of
+from work_ledger.api.wire import answer
+from work_ledger.api.writes import Write, write_doc, write_of
 from work_ledger.service.bulk import BulkFilter, BulkResult
 from work_ledger.service.keyed import Keying
 
@@ -21,7 +21,7 @@ router = APIRouter(tags=["units"], responses=problems.READ_RESPONSES)
     operation_id="bulkUnits",
     responses=problems.WRITE_RESPONSES,
     response_model=BulkOut,
-    openapi_extra=body_doc(BulkIn),
+    openapi_extra=write_doc(BulkIn),
 )
 async def bulk_units(w: Annotated[Write[BulkIn], Depends(write_of(BulkIn))]) -> Response:
     """Dispose or release every unit the filter matches (operator). `dry_run` (the

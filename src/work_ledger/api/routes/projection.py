@@ -11,8 +11,8 @@ from pydantic import Strict as StrictMark
 
 from work_ledger.api import problems
 from work_ledger.api.schemas import Body
-from work_ledger.api.wire import MAX_FREE_DEPTH, FreeJson, answer, body_doc
-from work_ledger.api.writes import Write, write_of
+from work_ledger.api.wire import MAX_FREE_DEPTH, FreeJson, answer
+from work_ledger.api.writes import Write, write_doc, write_of
 from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import MAX_BATCH, Ledger
 from work_ledger.service.tokens import Role
@@ -80,7 +80,7 @@ class ProjectionOut(BaseModel):
 @router.post(
     "/projection/events",
     response_model=ProjectionOut,
-    openapi_extra=body_doc(ProjectionIn),
+    openapi_extra=write_doc(ProjectionIn),
     operation_id="projectEvents",
 )
 async def project_events(
