@@ -19,9 +19,13 @@ export type * from "./generated/types.gen.js";
 export type {
   Attempt as AttemptOut,
   Budget as BudgetOut,
+  BulkChanged as BulkChangedOut,
+  BulkResult as BulkOut,
+  BulkSkipped as BulkSkippedOut,
   Claim as ClaimOut,
   ControlEvent as ControlEventOut,
   Event as EventOut,
+  EventResult as EventResultOut,
   Question as QuestionOut,
   Registered as RegisteredOut,
   Unit as UnitOut,

@@ -168,9 +168,9 @@ export type BudgetPage = {
 export type BulkAction = 'dispose' | 'release';
 
 /**
- * BulkChangedOut
+ * BulkChanged
  */
-export type BulkChangedOut = {
+export type BulkChanged = {
     /**
      * External Ref
      */
@@ -246,13 +246,13 @@ export type BulkIn = {
 };
 
 /**
- * BulkOut
+ * BulkResult
  */
-export type BulkOut = {
+export type BulkResult = {
     /**
      * Changed
      */
-    changed: Array<BulkChangedOut>;
+    changed: Array<BulkChanged>;
     /**
      * Dry Run
      */
@@ -272,13 +272,13 @@ export type BulkOut = {
     /**
      * Skipped
      */
-    skipped: Array<BulkSkippedOut>;
+    skipped: Array<BulkSkipped>;
 };
 
 /**
- * BulkSkippedOut
+ * BulkSkipped
  */
-export type BulkSkippedOut = {
+export type BulkSkipped = {
     /**
      * External Ref
      */
@@ -627,6 +627,13 @@ export type Event = {
 };
 
 /**
+ * EventOutcome
+ *
+ * What the projection did with one event.
+ */
+export type EventOutcome = 'applied' | 'duplicate' | 'refused' | 'stale' | 'unmatched';
+
+/**
  * EventPage
  */
 export type EventPage = {
@@ -641,23 +648,17 @@ export type EventPage = {
 };
 
 /**
- * EventResultOut
+ * EventResult
  */
-export type EventResultOut = {
-    /**
-     * From State
-     */
-    from_state: string | null;
+export type EventResult = {
+    from_state: State | null;
     /**
      * Invariant
      *
      * The rule that refused the event.
      */
     invariant: string | null;
-    /**
-     * Outcome
-     */
-    outcome: 'applied' | 'duplicate' | 'refused' | 'stale' | 'unmatched';
+    outcome: EventOutcome;
     /**
      * Reason
      */
@@ -666,10 +667,7 @@ export type EventResultOut = {
      * Source Event Id
      */
     source_event_id: string;
-    /**
-     * To State
-     */
-    to_state: string | null;
+    to_state: State | null;
     /**
      * Unit Id
      */
@@ -913,7 +911,7 @@ export type ProjectionOut = {
     /**
      * Results
      */
-    results: Array<EventResultOut>;
+    results: Array<EventResult>;
     /**
      * Stale
      *
@@ -2642,7 +2640,7 @@ export type BulkUnitsResponses = {
     /**
      * Successful Response
      */
-    200: BulkOut;
+    200: BulkResult;
 };
 
 export type BulkUnitsResponse = BulkUnitsResponses[keyof BulkUnitsResponses];
