@@ -65,6 +65,19 @@ def test_every_write_refuses_an_anonymous_caller_before_reading_its_body(app: An
         assert (response.status_code, response.json()["code"]) == (401, "unauthorized"), path
 
 
+def test_operations_document_a_token_exactly_where_one_is_required(app: Any) -> None:
+    """Each operation that refuses an anonymous caller (401) documents the bearer token and
+    X-WL-Agent (its `openapi_extra`), and no other operation does."""
+    app.state.writes = app.state.ledger = None  # no lifespan: nothing is reached past 401
+    client = TestClient(app, raise_server_exceptions=False)
+    for template, operations in app.openapi()["paths"].items():
+        for method, operation in operations.items():
+            response = client.request(method, template.format_map(_Filled()), content=b"{}")
+            headers = [p["name"] for p in operation.get("parameters", []) if p["in"] == "header"]
+            documented = "security" in operation and "X-WL-Agent" in headers
+            assert (response.status_code == 401) == documented, f"{method} {template}"
+
+
 class _Filled(dict[str, str]):
     def __missing__(self, key: str) -> str:
         return str(uuid.uuid4())
