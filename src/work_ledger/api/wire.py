@@ -69,8 +69,9 @@ def body_schemas(models: Iterable[type[BaseModel]]) -> dict[str, Any]:
     return found
 
 
-# Each answer type's serializer, built on its first answer (a wire model, or a dataclass
-# of the ledger's records): a cache, which the types' own declarations fill.
+# Each answer type's serializer (pydantic's, for a wire model or a dataclass of the
+# ledger's records), built on that type's first answer and kept: building one costs
+# as much as writing some 400 answers.
 _WRITERS: dict[type[Any], Callable[[Any], bytes]] = {}
 
 
