@@ -215,7 +215,7 @@ async def test_route_has_its_operation_id(api: Api) -> None:
         document = (await client.get("/openapi.json")).json()
     operation = document["paths"]["/units/bulk"]["post"]
     assert operation["operationId"] == "bulkUnits"
-    answer = document["components"]["schemas"]["BulkChangedOut"]["properties"]
+    answer = document["components"]["schemas"]["BulkChanged"]["properties"]
     assert {"from", "to"} <= answer.keys()
 
 

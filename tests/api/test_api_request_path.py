@@ -17,15 +17,13 @@ import pytest
 import structlog
 from fastapi import FastAPI, Request, Response
 from fastapi.testclient import TestClient
-from pydantic import BaseModel
 from structlog.testing import capture_logs
 
-from work_ledger.api import access_log, body_limit, problems, schemas, wire
+from work_ledger.api import access_log, answers, body_limit, problems, wire
 from work_ledger.api import metrics as api_metrics
 from work_ledger.api.app import create_app
 from work_ledger.api.collectors import LedgerMetrics
 from work_ledger.api.ratelimit import FailureLimiter
-from work_ledger.api.routes import attempts
 from work_ledger.config import Settings
 from work_ledger.domain.model import (
     Attempt,
@@ -65,6 +63,19 @@ def test_every_write_refuses_an_anonymous_caller_before_reading_its_body(app: An
         path = template.format_map(_Filled())
         response = client.post(path, content=b'{"not json', headers={"Idempotency-Key": "k"})
         assert (response.status_code, response.json()["code"]) == (401, "unauthorized"), path
+
+
+def test_operations_document_a_token_exactly_where_one_is_required(app: Any) -> None:
+    """Each operation that refuses an anonymous caller (401) documents the bearer token and
+    X-WL-Agent (its `openapi_extra`), and no other operation does."""
+    app.state.writes = app.state.ledger = None  # no lifespan: nothing is reached past 401
+    client = TestClient(app, raise_server_exceptions=False)
+    for template, operations in app.openapi()["paths"].items():
+        for method, operation in operations.items():
+            response = client.request(method, template.format_map(_Filled()), content=b"{}")
+            headers = [p["name"] for p in operation.get("parameters", []) if p["in"] == "header"]
+            documented = "security" in operation and "X-WL-Agent" in headers
+            assert (response.status_code == 401) == documented, f"{method} {template}"
 
 
 class _Filled(dict[str, str]):
@@ -263,52 +274,94 @@ def _unit(state: State, disposition: Disposition | None) -> Unit:
     at = dt.datetime(2026, 12, 1, 5, 0, 0, tzinfo=dt.UTC)
     later = at + dt.timedelta(seconds=1, microseconds=7)
     return Unit(
-        uuid.uuid4(), at, later, 'ref "é" \\ ☃', "fleet", "dom", state, disposition,
+        uuid.UUID(int=1), at, later, 'ref "é" \\ ☃', "fleet", "dom", state, disposition,
         later if disposition else None, None, "agent-1/sub", later, None, 2, 125,
-        ["https://ci.example/1", "https://ci.example/2"], uuid.uuid4(), 5, 6, 1, 0,
-        ["db/orders", "src/billing"],
+        ["https://ci.example/1"], uuid.UUID(int=2), 5, 6, 1, 0, ["db/orders"],
     )  # fmt: skip
 
 
 def _attempt(unit: Unit, outcome: Outcome | None) -> Attempt:
     ended = None if outcome is None else unit.updated_at
     return Attempt(
-        uuid.uuid4(), unit.id, 2, "agent-1/sub", unit.created_at, outcome, 125,
+        uuid.UUID(int=3), unit.id, 2, "agent-1/sub", unit.created_at, outcome, 125,
         None if outcome is None else "https://ci.example/1", ended,
     )  # fmt: skip
 
 
-def test_hot_answers_are_the_response_models_bytes() -> None:
-    """Each answer written from the domain objects is byte for byte the answer its route's
-    response model (the one in /openapi.json) writes, for every state and outcome."""
-    cases: list[tuple[Any, Any, type[BaseModel], dict[str, Any]]] = []
+def _question(unit: Unit, attempt: Attempt) -> Question:
+    return Question(
+        uuid.UUID(int=4), unit.id, attempt.id, "why?", QuestionStatus.OPEN, None,
+        "agent-questions", None, "agent-1", None, unit.created_at, None,
+    )  # fmt: skip
+
+
+# The bytes the claim's answer had when its wire model was a twin of the domain classes
+# (ClaimOut, at e552d08): the domain classes now write them themselves.
+UNIT_BYTES = (
+    '{"id":"00000000-0000-0000-0000-000000000001","created_at":"2026-12-01T05:00:00Z",'
+    '"updated_at":"2026-12-01T05:00:01.000007Z","external_ref":"ref \\"é\\" \\\\ ☃",'
+    '"fleet":"fleet","domain":"dom","state":"in_progress","disposition":null,'
+    '"disposed_at":null,"workflow_id":null,"claimed_by":"agent-1/sub",'
+    '"lease_expires_at":"2026-12-01T05:00:01.000007Z","last_heartbeat_at":null,'
+    '"attempt_count":2,"cost_cents":125,"evidence_urls":["https://ci.example/1"],'
+    '"parent_id":"00000000-0000-0000-0000-000000000002","max_attempts":5,'
+    '"attempts_allowed":6,"failed_attempts":1,"unfinished_prerequisites":0,'
+    '"exclusive":["db/orders"]}'
+)
+ATTEMPT_BYTES = (
+    '{"id":"00000000-0000-0000-0000-000000000003",'
+    '"unit_id":"00000000-0000-0000-0000-000000000001","attempt_no":2,'
+    '"agent_id":"agent-1/sub","started_at":"2026-12-01T05:00:00Z","outcome":null,'
+    '"cost_cents":125,"evidence_url":null,"ended_at":null}'
+)
+QUESTION_BYTES = (
+    '{"id":"00000000-0000-0000-0000-000000000004",'
+    '"unit_id":"00000000-0000-0000-0000-000000000001",'
+    '"attempt_id":"00000000-0000-0000-0000-000000000003","question":"why?",'
+    '"status":"open","answer":null,"assignee_group_slug":"agent-questions",'
+    '"external_task_id":null,"asked_by":"agent-1","answered_by":null,'
+    '"created_at":"2026-12-01T05:00:00Z","closed_at":null}'
+)
+
+
+def test_hot_answers_keep_their_bytes() -> None:
+    """Each write's answer is, byte for byte, what it was before its type was declared
+    once: the claim, a unit with its attempt or question, a unit alone, nothing claimed."""
+    unit = _unit(State.IN_PROGRESS, None)
+    attempt = _attempt(unit, None)
+    pair = f'{{"unit":{UNIT_BYTES},"attempt":{ATTEMPT_BYTES}'
+    question = _question(unit, attempt)
+    cases = [
+        (Claim(unit, attempt, True), pair + ',"resumed":true}'),
+        (answers.UnitAttempt(unit, attempt), pair + "}"),
+        (
+            answers.UnitQuestion(unit, question),
+            f'{{"unit":{UNIT_BYTES},"question":{QUESTION_BYTES}}}',
+        ),
+        (answers.UnitOnly(unit), f'{{"unit":{UNIT_BYTES}}}'),
+        (Claim(None, None), '{"unit":null,"attempt":null,"resumed":false}'),
+    ]
+    assert [bytes(wire.answer(value).body).decode() for value, _ in cases] == [
+        written for _, written in cases
+    ]
+
+
+def test_answers_write_every_state_and_outcome_as_its_value() -> None:
+    """For every state, disposition and outcome, the answer names it by its value, with
+    the fields in the declared order."""
     for state in State:
         disposition = Disposition.MIGRATED if state is State.DONE else None
         unit = _unit(state, disposition)
         for outcome in (None, *Outcome):
             attempt = _attempt(unit, outcome)
-            question = Question(
-                uuid.uuid4(), unit.id, attempt.id, "why?", QuestionStatus.OPEN, None,
-                "agent-questions", None, "agent-1", None, unit.created_at, None,
-            )  # fmt: skip
-            pair = {"unit": unit, "attempt": attempt}
-            cases += [
-                (schemas.CLAIM_JSON, Claim(unit, attempt, True), schemas.ClaimOut,
-                 {**pair, "resumed": True}),
-                (schemas.UNIT_ATTEMPT_JSON, schemas.UnitAttempt(unit, attempt),
-                 schemas.UnitAttemptOut, pair),
-                (schemas.UNIT_ATTEMPT_JSON, schemas.UnitAttempt(unit, attempt),
-                 attempts.AttemptUnitOut, pair),
-                (schemas.UNIT_QUESTION_JSON, schemas.UnitQuestion(unit, question),
-                 schemas.UnitQuestionOut, {"unit": unit, "question": question}),
-                (schemas.UNIT_ONLY_JSON, schemas.UnitOnly(unit), schemas.DisposeOut,
-                 {"unit": unit}),
-            ]  # fmt: skip
-    empty = {"unit": None, "attempt": None, "resumed": False}
-    cases.append((schemas.CLAIM_JSON, Claim(None, None), schemas.ClaimOut, empty))
-    for adapter, value, model, fields in cases:
-        written = model.model_validate(fields, from_attributes=True).model_dump_json()
-        assert adapter.dump_json(value).decode() == written
+            written = json.loads(wire.answer(answers.UnitAttempt(unit, attempt)).body)
+            assert list(written["unit"]) == list(Unit.__dataclass_fields__)
+            assert list(written["attempt"]) == list(Attempt.__dataclass_fields__)
+            assert (written["unit"]["state"], written["unit"]["disposition"]) == (
+                state.value,
+                None if disposition is None else disposition.value,
+            )
+            assert written["attempt"]["outcome"] == (None if outcome is None else outcome.value)
 
 
 def _boom_app() -> FastAPI:

@@ -17,12 +17,13 @@ from typing import Any
 import structlog
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 
 from work_ledger.api import mcp_http, metrics, problems, wire
 from work_ledger.api.access_log import AccessLogMiddleware
+from work_ledger.api.auth import BEARER_SCHEME
 from work_ledger.api.body_limit import BodyLimitMiddleware
 from work_ledger.api.longpoll import Notifier
-from work_ledger.api.openapi_docs import document_headers, document_responses
 from work_ledger.api.ratelimit import FailureLimiter
 from work_ledger.api.routes import (
     attempts,
@@ -38,7 +39,7 @@ from work_ledger.api.routes import (
     shape,
     units,
 )
-from work_ledger.api.writes import refusal_outcome
+from work_ledger.api.writes import body_models, refusal_outcome
 from work_ledger.config import Settings
 from work_ledger.db.connect import resolve_database_url
 from work_ledger.readside.pool import read_pool
@@ -224,7 +225,12 @@ def create_app(
         # tags and responses.
         app.router.routes.extend(module.router.routes)
     app.state.mcp = mcp_http.mount(app)  # MCP over Streamable HTTP at /mcp
-    routes = [route for module in routers for route in module.router.routes]
+    endpoints = [
+        route.endpoint
+        for module in routers
+        for route in module.router.routes
+        if isinstance(route, APIRoute)
+    ]
     # Outermost last: the metrics time the whole request, the access line follows its
     # answer, and the body limit stands in front of the routes.
     app.add_middleware(BodyLimitMiddleware)
@@ -232,6 +238,9 @@ def create_app(
     metrics.install(app, token=settings.metrics_token)
 
     def openapi() -> dict[str, Any]:
+        """FastAPI's document, with the components that the routes' `openapi_extra` refers
+        to (the bearer scheme, the problem, the write bodies) and what the middleware
+        answers (problems.document_middleware_answers)."""
         if app.openapi_schema is None:
             schema = get_openapi(
                 title=app.title,
@@ -239,13 +248,14 @@ def create_app(
                 description=app.description,
                 routes=app.routes,
             )
-            document_headers(schema, routes)
-            components = schema.setdefault("components", {}).setdefault("schemas", {})
-            components["Problem"] = problems.Problem.model_json_schema(
+            components = schema.setdefault("components", {})
+            components.setdefault("securitySchemes", {})["HTTPBearer"] = BEARER_SCHEME
+            models = components.setdefault("schemas", {})
+            models["Problem"] = problems.Problem.model_json_schema(
                 ref_template="#/components/schemas/{model}"
             )
-            components.update(wire.body_schemas())
-            document_responses(schema)
+            models.update(wire.body_schemas(body_models(endpoints)))
+            problems.document_middleware_answers(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -47,8 +47,33 @@ from work_ledger.service.tokens import Principal, Role, TokenStore, token_prefix
 
 AGENT_HEADER = "X-WL-Agent"
 _SUFFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")
-# The `require(...)` dependencies: the operations that take a token.
-AUTHENTICATED: set[Callable[..., Awaitable[Any]]] = set()
+# The security scheme that `token_doc` names, in the OpenAPI document's components.
+BEARER_SCHEME = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "A token from `work-ledger token create`.",
+}
+
+
+def header_doc(name: str, max_length: int, description: str) -> dict[str, Any]:
+    """An optional header, as an OpenAPI parameter."""
+    return {
+        "name": name,
+        "in": "header",
+        "required": False,
+        "description": description,
+        "schema": {"type": "string", "maxLength": max_length},
+    }
+
+
+def token_doc() -> dict[str, Any]:
+    """The `openapi_extra` of a route that takes a token (`require`, `write_of`): the
+    bearer scheme and X-WL-Agent, which `authenticate` reads from the raw headers, where
+    FastAPI cannot see them. A new dict each time: FastAPI merges it into the operation."""
+    return {
+        "security": [{"HTTPBearer": []}],
+        "parameters": [header_doc(AGENT_HEADER, 200, "Act as a sub-agent: <principal>/<suffix>.")],
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +175,8 @@ def require(*roles: Role) -> Callable[..., Awaitable[Caller]]:
     names = ", ".join(sorted(r.value for r in allowed))
 
     # Only the request: the bearer token and X-WL-Agent are read by `authenticate`, and
-    # documented by `openapi_docs.document_headers`. Declared as FastAPI parameters they
-    # were solved and validated on every request, ~10 % of serve's CPU on the claim path.
+    # documented by the route's `openapi_extra=token_doc()`. Declared as FastAPI parameters
+    # they were solved and validated on every request, ~10 % of serve's CPU on the claim path.
     async def caller(request: Request) -> Caller:
         found = await authenticate(request)
         if found.role not in allowed:
@@ -161,7 +186,6 @@ def require(*roles: Role) -> Callable[..., Awaitable[Caller]]:
             )
         return found
 
-    AUTHENTICATED.add(caller)
     return caller
 
 

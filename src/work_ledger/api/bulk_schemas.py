@@ -1,14 +1,14 @@
-"""Wire models of bulk operations (DESIGN §13): the filter and action accepted, the answer."""
+"""What POST /units/bulk accepts (DESIGN §13): the filter and the action. (Its answer is
+service/bulk.py's `BulkResult`.)"""
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import Field, StringConstraints
 from pydantic import Strict as StrictMark
 
-from work_ledger.api.schemas import Body, ExternalRef, Name, Out
+from work_ledger.api.schemas import Body, ExternalRef, Name
 from work_ledger.domain.model import Disposition, State
 from work_ledger.service.bulk import DEFAULT_LIMIT, MAX_LIMIT, BulkAction
 
@@ -55,33 +55,3 @@ class BulkIn(Body):
         Field(description="true (the default): answer what would change, change nothing."),
     ] = True
     limit: BulkLimit = DEFAULT_LIMIT
-
-
-class BulkChangedOut(Out):
-    model_config = ConfigDict(from_attributes=True, serialize_by_alias=True)
-
-    id: uuid.UUID
-    external_ref: str
-    from_state: State = Field(serialization_alias="from")
-    to_state: State = Field(serialization_alias="to")
-
-
-class BulkSkippedOut(Out):
-    id: uuid.UUID
-    external_ref: str
-    state: State
-    rule: str = Field(description="The ledger rule that keeps this unit as it is.")
-    reason: str = Field(description="Why it was skipped and what is allowed from its state.")
-
-
-class BulkOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    dry_run: bool
-    matched: int = Field(description="How many units the filter matched, in any state.")
-    changed: list[BulkChangedOut]
-    skipped: list[BulkSkippedOut]
-    operation_id: uuid.UUID | None = Field(
-        description="A real run's id, in each of its events' detail.bulk.operation; "
-        "null for a dry run."
-    )

@@ -1,5 +1,5 @@
 """Wire models of the flow controls (DESIGN §13): what POST /controls accepts and what
-the controls' reads return."""
+the controls' reads return (a control event is the service's `ControlEvent` itself)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, StringConstraints
 from pydantic import Strict as StrictMark
 
-from work_ledger.api.schemas import Body, Name, Out
+from work_ledger.api.schemas import Body, Name
+from work_ledger.service.controls import ControlEvent
 
 
 class GateIn(Body):
@@ -30,7 +31,7 @@ class ControlsIn(Body):
     force: Annotated[bool, StrictMark()] = False
 
 
-class ControlOut(Out):
+class ControlOut(BaseModel):
     fleet: str
     domain: str | None
     max_live: int | None
@@ -49,19 +50,6 @@ class ControlPage(BaseModel):
     items: list[ControlOut]
 
 
-class ControlEventOut(Out):
-    id: int
-    fleet: str
-    domain: str | None
-    actor: str
-    before: dict[str, Any] | None
-    after: dict[str, Any]
-    reason: str
-    forced: bool
-    gate_figures: dict[str, Any] | None
-    created_at: dt.datetime
-
-
 class ControlEventPage(BaseModel):
-    items: list[ControlEventOut]
+    items: list[ControlEvent]
     next_cursor: str | None

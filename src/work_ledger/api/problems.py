@@ -195,16 +195,25 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http_error)
 
 
-def problem_content(description: str) -> dict[str, Any]:
+def problem_content(description: str, **extra: Any) -> dict[str, Any]:
     return {
         "description": description,
         "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        **extra,
     }
 
 
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before retrying the same request (same Idempotency-Key).",
+        "schema": {"type": "integer", "minimum": 0},
+    }
+}
 UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     401: problem_content("Missing, unknown or revoked token"),
-    429: problem_content("Too many failed authentications from this client (Retry-After)"),
+    429: problem_content(
+        "Too many failed authentications from this client (Retry-After)", headers=_RETRY_AFTER
+    ),
 }
 FORBIDDEN: dict[int | str, dict[str, Any]] = {
     403: problem_content("The token's role, or the unit's holder, forbids this")
@@ -213,14 +222,23 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: problem_content("Unknown unit, attempt or question")
 }
 CONFLICT: dict[int | str, dict[str, Any]] = {
-    409: problem_content("A ledger invariant refused it (names `invariant`)")
+    409: problem_content(
+        "A ledger invariant refused it (names `invariant`: stop, do not retry), or the first "
+        "request under this Idempotency-Key still runs (`invariant` idempotency_key_in_flight, "
+        "with Retry-After: retry the same request)",
+        headers=_RETRY_AFTER,
+    )
 }
 TOO_LARGE: dict[int | str, dict[str, Any]] = {413: problem_content("Request body over 1 MiB")}
 INVALID: dict[int | str, dict[str, Any]] = {
     422: problem_content("Malformed input, or Idempotency-Key reused")
 }
 UNAVAILABLE: dict[int | str, dict[str, Any]] = {
-    503: problem_content("The database cannot be reached")
+    503: problem_content(
+        "The database cannot be reached, or the server is at its connection cap: retry after "
+        "Retry-After, on another replica if you have one",
+        headers=_RETRY_AFTER,
+    )
 }
 
 READ_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -235,3 +253,19 @@ WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
     **CONFLICT,
     **TOO_LARGE,
 }
+
+
+def document_middleware_answers(schema: dict[str, Any]) -> None:
+    """What answers in front of the routes, on every operation it can reach: the body
+    limit's 413 where a body is read, the failure limiter's 429 where a token is checked,
+    the connection cap's 503 everywhere; and `Problem.code` as the enum of every code."""
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            if "requestBody" in operation:
+                responses.setdefault("413", TOO_LARGE[413])
+            if "security" in operation:
+                responses.setdefault("429", UNAUTHORIZED[429])
+            responses["503"] = UNAVAILABLE[503]
+    problem = schema["components"]["schemas"]["Problem"]
+    problem["properties"]["code"]["enum"] = all_codes()

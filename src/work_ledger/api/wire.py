@@ -1,11 +1,12 @@
 """The request path's codec: a body decoded once, straight from bytes to its typed model,
-and an answer encoded once, straight from its model to bytes.
+and an answer encoded once, straight from its type to bytes.
 
 A write reads its body with `json_body` (in `api/writes.write_of`) once its caller is
 authenticated, so an anonymous request is refused before its body is read or parsed. The
-body is documented with `openapi_extra=body_doc(Model)`, the answer with
-`response_model=`; the route returns `answer(model)` or `answer_as(adapter, value)`, so
-FastAPI neither validates the response model a second time nor re-encodes it.
+route documents the body with `openapi_extra=write_doc(Model)` (api/writes.py) and the
+answer with `response_model=`, the answer's type, and returns `answer(value)`: the bytes
+that type's own serializer writes, so FastAPI neither validates the answer a second time
+nor re-encodes it.
 
 Nesting: the JSON parser refuses a document nested deeper than `MAX_JSON_DEPTH` levels
 (its own fixed limit, without recursion); the 422 names the field where it happened,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Request, Response
@@ -30,18 +32,8 @@ from work_ledger.errors import InvalidInput
 MAX_JSON_DEPTH = 200  # pydantic-core's JSON parser (jiter) refuses deeper documents
 MAX_FREE_DEPTH = 32
 JSON_MEDIA_TYPE = "application/json"
-# The models read by `json_body`, added to the OpenAPI components by the app factory.
-BODY_MODELS: dict[str, type[BaseModel]] = {}
 M = TypeVar("M", bound=BaseModel)
-T = TypeVar("T")
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],]')
-
-
-def body_doc(model: type[BaseModel]) -> dict[str, Any]:
-    """The `openapi_extra` of a route whose body `json_body` reads as `model`."""
-    BODY_MODELS[model.__name__] = model
-    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
-    return {"requestBody": {"required": True, "content": {JSON_MEDIA_TYPE: {"schema": ref}}}}
 
 
 async def raw_body(request: Request) -> bytes:
@@ -67,26 +59,29 @@ async def json_body(request: Request, model: type[M]) -> M:
         raise RequestValidationError(_errors(exc, raw)) from None
 
 
-def body_schemas() -> dict[str, Any]:
-    """The JSON schemas of every body model (and the models they nest), by name."""
+def body_schemas(models: Iterable[type[BaseModel]]) -> dict[str, Any]:
+    """The JSON schemas of the body models (and the models they nest), by name."""
     _, schemas = models_json_schema(
-        [(model, "validation") for model in BODY_MODELS.values()],
+        [(model, "validation") for model in models],
         ref_template="#/components/schemas/{model}",
     )
     found: dict[str, Any] = schemas.get("$defs", {})
     return found
 
 
-def answer(model: BaseModel, status_code: int = 200) -> Response:
-    """The response: the model's JSON bytes, encoded once."""
-    body = model.__pydantic_serializer__.to_json(model)
-    return Response(body, status_code=status_code, media_type=JSON_MEDIA_TYPE)
+# Each answer type's serializer (pydantic's, for a wire model or a dataclass of the
+# ledger's records), built on that type's first answer and kept: building one costs
+# as much as writing some 400 answers.
+_WRITERS: dict[type[Any], Callable[[Any], bytes]] = {}
 
 
-def answer_as(adapter: TypeAdapter[T], value: T, status_code: int = 200) -> Response:
-    """The response: `value` (domain objects) written by `adapter` (schemas.py), no wire
-    model built on the way."""
-    return Response(adapter.dump_json(value), status_code=status_code, media_type=JSON_MEDIA_TYPE)
+def answer(value: Any, status_code: int = 200) -> Response:
+    """The response: `value` as JSON, written by its type's serializer, encoded once."""
+    kind = type(value)
+    write = _WRITERS.get(kind)
+    if write is None:
+        write = _WRITERS[kind] = TypeAdapter(kind).dump_json
+    return Response(write(value), status_code=status_code, media_type=JSON_MEDIA_TYPE)
 
 
 def _errors(exc: ValidationError, raw: bytes) -> list[dict[str, Any]]:

@@ -6,23 +6,27 @@ A write route takes one dependency, `Annotated[Write[Model], Depends(write_of(Mo
 the service (`service/keyed.py`): `run` with the use case's `Keying`, or `looks` for a
 long-poll claim. Without Idempotency-Key the write simply runs. A replay answers the
 stored status and body with `Idempotent-Replayed: true`.
+
+What the dependency reads by hand (the token, X-WL-Agent, Idempotency-Key, the body),
+FastAPI cannot see: the route documents it with `openapi_extra=write_doc(Model)`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import typing
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import Request, Response
 from pydantic import BaseModel
 
 from work_ledger.api import problems
-from work_ledger.api.auth import AUTHENTICATED, Caller, require
-from work_ledger.api.wire import json_body, raw_body
+from work_ledger.api.auth import Caller, header_doc, require, token_doc
+from work_ledger.api.wire import JSON_MEDIA_TYPE, json_body, raw_body
 from work_ledger.domain.model import Claim
 from work_ledger.errors import WorkLedgerError
-from work_ledger.service.idempotency import Outcome, check_key, request_hash
+from work_ledger.service.idempotency import MAX_KEY_LENGTH, Outcome, check_key, request_hash
 from work_ledger.service.keyed import Answer, Key, KeyedWrites, Keying, Look
 from work_ledger.service.ledger import Ledger
 from work_ledger.service.tokens import Role
@@ -88,8 +92,33 @@ class Write(Generic[M]):
         return _response(done)
 
 
-# The write dependencies, for the OpenAPI document (api/openapi_docs.py).
-WRITES: set[Callable[..., Awaitable[Write[Any]]]] = set()
+def write_doc(model: type[BaseModel]) -> dict[str, Any]:
+    """The `openapi_extra` of a write route whose `write_of` reads a `model` body: the
+    token (`token_doc`), Idempotency-Key and the body, none of which FastAPI sees, since
+    the one dependency reads them by hand."""
+    doc = token_doc()
+    doc["parameters"].append(
+        header_doc(
+            IDEMPOTENCY_HEADER,
+            MAX_KEY_LENGTH,
+            "Retry-safe writes: a replay returns the first outcome, unchanged.",
+        )
+    )
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    doc["requestBody"] = {"required": True, "content": {JSON_MEDIA_TYPE: {"schema": ref}}}
+    return doc
+
+
+def body_models(endpoints: Iterable[Callable[..., Any]]) -> list[type[BaseModel]]:
+    """The body models that the write endpoints among `endpoints` read, named by their
+    `Write[Model]` parameter: the components that `write_doc`'s references point to."""
+    found: list[type[BaseModel]] = []
+    for endpoint in endpoints:
+        for hint in typing.get_type_hints(endpoint, include_extras=True).values():
+            written = typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+            if typing.get_origin(written) is Write:
+                found.extend(typing.get_args(written))
+    return found
 
 
 def write_of(model: type[M], *roles: Role) -> Callable[[Request], Awaitable[Write[M]]]:
@@ -114,6 +143,4 @@ def write_of(model: type[M], *roles: Role) -> Callable[[Request], Awaitable[Writ
         digest = request_hash(request.method, url.path, url.query, await raw_body(request))
         return Write(caller, body, Key(f"{caller.role}:{caller.agent}", key, digest), service)
 
-    WRITES.add(write)
-    AUTHENTICATED.add(write)
     return write

@@ -10,7 +10,7 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -235,12 +235,22 @@ class Event:
     @classmethod
     def from_record(cls, record: Any) -> Event:
         event: Event = _from_record(cls, record)
+        for name in ("from_state", "to_state"):
+            value = getattr(event, name)
+            if value is not None:
+                object.__setattr__(event, name, _STATES[value])
         return event
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
     """The answer to a claim: a unit and its live attempt, or nothing claimable."""
+
+    # It is the wire's answer too (api/answers.py): `resumed` is always sent, so its JSON
+    # schema (pydantic's, which reads this) lists it as required despite its default.
+    __pydantic_config__: ClassVar[dict[str, bool]] = {
+        "json_schema_serialization_defaults_required": True
+    }
 
     unit: Unit | None
     attempt: Attempt | None

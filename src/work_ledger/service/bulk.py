@@ -14,8 +14,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Annotated, ClassVar
 
 import asyncpg
+from pydantic import Field
 
 from work_ledger.db.store import Store
 from work_ledger.domain.model import (
@@ -50,32 +52,48 @@ class BulkFilter:
     held_by: str | None = None
 
 
+# These three are POST /units/bulk's answer as well (api/routes/bulk.py): pydantic reads
+# their `Field`s for the wire's names and the OpenAPI document's descriptions.
+
+
 @dataclass(frozen=True, slots=True)
-class Changed:
+class BulkChanged:
+    # The wire calls the states `from` and `to`, which Python cannot name a field.
+    __pydantic_config__: ClassVar[dict[str, bool]] = {"serialize_by_alias": True}
+
     id: uuid.UUID
     external_ref: str
-    from_state: State
-    to_state: State
+    from_state: Annotated[State, Field(serialization_alias="from")]
+    to_state: Annotated[State, Field(serialization_alias="to")]
 
 
 @dataclass(frozen=True, slots=True)
-class Skipped:
+class BulkSkipped:
     id: uuid.UUID
     external_ref: str
     state: State
-    rule: str
-    reason: str
+    rule: Annotated[str, Field(description="The ledger rule that keeps this unit as it is.")]
+    reason: Annotated[
+        str, Field(description="Why it was skipped and what is allowed from its state.")
+    ]
 
 
 @dataclass(frozen=True, slots=True)
 class BulkResult:
-    """What a bulk run did (or, dry, would do); `operation` names a real run's events."""
+    __pydantic_config__: ClassVar[dict[str, bool]] = {"serialize_by_alias": True}
 
     dry_run: bool
-    matched: int
-    changed: list[Changed]
-    skipped: list[Skipped]
-    operation: uuid.UUID | None
+    matched: Annotated[int, Field(description="How many units the filter matched, in any state.")]
+    changed: list[BulkChanged]
+    skipped: list[BulkSkipped]
+    operation: Annotated[
+        uuid.UUID | None,
+        Field(
+            serialization_alias="operation_id",
+            description="A real run's id, in each of its events' detail.bulk.operation; "
+            "null for a dry run.",
+        ),
+    ]
 
 
 def check_bulk(
@@ -173,8 +191,9 @@ def _result(
     for row in rows:
         state = State(row["from_state"])
         if row["allowed"]:
-            changed.append(Changed(row["id"], row["external_ref"], state, State(row["to_state"])))
+            to_state = State(row["to_state"])
+            changed.append(BulkChanged(row["id"], row["external_ref"], state, to_state))
         else:
             why = _skip_reason(what, row["external_ref"], state, leaving)
-            skipped.append(Skipped(row["id"], row["external_ref"], state, SKIP_RULE, why))
+            skipped.append(BulkSkipped(row["id"], row["external_ref"], state, SKIP_RULE, why))
     return BulkResult(dry_run, len(rows), changed, skipped, operation)

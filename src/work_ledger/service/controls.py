@@ -8,6 +8,7 @@ and one control event appended.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -36,7 +37,7 @@ class ControlEvent:
     reason: str
     forced: bool
     gate_figures: dict[str, Any] | None
-    created_at: Any
+    created_at: dt.datetime
 
 
 def _json(value: Any) -> Any:

@@ -60,7 +60,9 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field
 
 from work_ledger.domain.model import Attempt, State, Unit
 from work_ledger.errors import InvalidInput, InvariantViolation
@@ -93,12 +95,18 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class EventResult:
+    # It is the wire's answer too (POST /projection/events' `results`), every field always
+    # sent: pydantic's JSON schema, which reads this, lists the defaulted ones as required.
+    __pydantic_config__: ClassVar[dict[str, bool]] = {
+        "json_schema_serialization_defaults_required": True
+    }
+
     source_event_id: str
     outcome: EventOutcome
     unit_id: uuid.UUID | None = None
     from_state: State | None = None
     to_state: State | None = None
-    invariant: str | None = None
+    invariant: Annotated[str | None, Field(description="The rule that refused the event.")] = None
     reason: str | None = None
 
 
@@ -108,29 +116,6 @@ class ProjectionReport:
 
     def count(self, outcome: EventOutcome) -> int:
         return sum(1 for r in self.results if r.outcome is outcome)
-
-    def as_json(self) -> dict[str, Any]:
-        """The wire form: one count per outcome, then each event's result in order."""
-        counts: dict[str, Any] = {
-            "applied": self.count(EventOutcome.APPLIED),
-            "duplicates": self.count(EventOutcome.DUPLICATE),
-            "refused": self.count(EventOutcome.REFUSED),
-            "stale": self.count(EventOutcome.STALE),
-            "unmatched": self.count(EventOutcome.UNMATCHED),
-        }
-        counts["results"] = [
-            {
-                "source_event_id": r.source_event_id,
-                "outcome": str(r.outcome),
-                "unit_id": None if r.unit_id is None else str(r.unit_id),
-                "from_state": r.from_state,
-                "to_state": r.to_state,
-                "invariant": r.invariant,
-                "reason": r.reason,
-            }
-            for r in self.results
-        ]
-        return counts
 
 
 class _AlreadyRecorded(Exception):

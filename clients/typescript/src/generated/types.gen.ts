@@ -5,7 +5,48 @@ export type ClientOptions = {
 };
 
 /**
+ * Attempt
+ */
+export type Attempt = {
+    /**
+     * Agent Id
+     */
+    agent_id: string;
+    /**
+     * Attempt No
+     */
+    attempt_no: number;
+    /**
+     * Cost Cents
+     */
+    cost_cents: number;
+    /**
+     * Ended At
+     */
+    ended_at: string | null;
+    /**
+     * Evidence Url
+     */
+    evidence_url: string | null;
+    /**
+     * Id
+     */
+    id: string;
+    outcome: Outcome | null;
+    /**
+     * Started At
+     */
+    started_at: string;
+    /**
+     * Unit Id
+     */
+    unit_id: string;
+};
+
+/**
  * AttemptDetailOut
+ *
+ * An attempt with its cost by model.
  */
 export type AttemptDetailOut = {
     /**
@@ -48,55 +89,6 @@ export type AttemptDetailOut = {
 };
 
 /**
- * AttemptOut
- */
-export type AttemptOut = {
-    /**
-     * Agent Id
-     */
-    agent_id: string;
-    /**
-     * Attempt No
-     */
-    attempt_no: number;
-    /**
-     * Cost Cents
-     */
-    cost_cents: number;
-    /**
-     * Ended At
-     */
-    ended_at: string | null;
-    /**
-     * Evidence Url
-     */
-    evidence_url: string | null;
-    /**
-     * Id
-     */
-    id: string;
-    outcome: Outcome | null;
-    /**
-     * Started At
-     */
-    started_at: string;
-    /**
-     * Unit Id
-     */
-    unit_id: string;
-};
-
-/**
- * AttemptUnitOut
- *
- * The attempt first: cost is recorded against it.
- */
-export type AttemptUnitOut = {
-    attempt: AttemptOut;
-    unit: UnitOut;
-};
-
-/**
  * BlockIn
  */
 export type BlockIn = {
@@ -117,27 +109,9 @@ export type BlockIn = {
 };
 
 /**
- * BudgetIn
+ * Budget
  */
-export type BudgetIn = {
-    /**
-     * Cap Cents
-     */
-    cap_cents: number;
-    /**
-     * Domain
-     */
-    domain?: string | null;
-    /**
-     * Fleet
-     */
-    fleet: string;
-};
-
-/**
- * BudgetOut
- */
-export type BudgetOut = {
+export type Budget = {
     /**
      * Cap Cents
      */
@@ -161,13 +135,31 @@ export type BudgetOut = {
 };
 
 /**
+ * BudgetIn
+ */
+export type BudgetIn = {
+    /**
+     * Cap Cents
+     */
+    cap_cents: number;
+    /**
+     * Domain
+     */
+    domain?: string | null;
+    /**
+     * Fleet
+     */
+    fleet: string;
+};
+
+/**
  * BudgetPage
  */
 export type BudgetPage = {
     /**
      * Items
      */
-    items: Array<BudgetOut>;
+    items: Array<Budget>;
 };
 
 /**
@@ -176,9 +168,9 @@ export type BudgetPage = {
 export type BulkAction = 'dispose' | 'release';
 
 /**
- * BulkChangedOut
+ * BulkChanged
  */
-export type BulkChangedOut = {
+export type BulkChanged = {
     /**
      * External Ref
      */
@@ -254,13 +246,13 @@ export type BulkIn = {
 };
 
 /**
- * BulkOut
+ * BulkResult
  */
-export type BulkOut = {
+export type BulkResult = {
     /**
      * Changed
      */
-    changed: Array<BulkChangedOut>;
+    changed: Array<BulkChanged>;
     /**
      * Dry Run
      */
@@ -280,13 +272,13 @@ export type BulkOut = {
     /**
      * Skipped
      */
-    skipped: Array<BulkSkippedOut>;
+    skipped: Array<BulkSkipped>;
 };
 
 /**
- * BulkSkippedOut
+ * BulkSkipped
  */
-export type BulkSkippedOut = {
+export type BulkSkipped = {
     /**
      * External Ref
      */
@@ -321,6 +313,20 @@ export type CancelIn = {
 };
 
 /**
+ * Claim
+ *
+ * The answer to a claim: a unit and its live attempt, or nothing claimable.
+ */
+export type Claim = {
+    attempt: Attempt | null;
+    /**
+     * Resumed
+     */
+    resumed: boolean;
+    unit: Unit | null;
+};
+
+/**
  * ClaimIn
  */
 export type ClaimIn = {
@@ -341,21 +347,9 @@ export type ClaimIn = {
 };
 
 /**
- * ClaimOut
+ * ControlEvent
  */
-export type ClaimOut = {
-    attempt: AttemptOut | null;
-    /**
-     * Resumed
-     */
-    resumed: boolean;
-    unit: UnitOut | null;
-};
-
-/**
- * ControlEventOut
- */
-export type ControlEventOut = {
+export type ControlEvent = {
     /**
      * Actor
      */
@@ -411,7 +405,7 @@ export type ControlEventPage = {
     /**
      * Items
      */
-    items: Array<ControlEventOut>;
+    items: Array<ControlEvent>;
     /**
      * Next Cursor
      */
@@ -582,21 +576,14 @@ export type DisposeIn = {
 };
 
 /**
- * DisposeOut
- */
-export type DisposeOut = {
-    unit: UnitOut;
-};
-
-/**
  * Disposition
  */
 export type Disposition = 'MIGRATED' | 'DROPPED' | 'DEFERRED' | 'DEAD';
 
 /**
- * EventOut
+ * Event
  */
-export type EventOut = {
+export type Event = {
     /**
      * Agent Id
      */
@@ -640,13 +627,20 @@ export type EventOut = {
 };
 
 /**
+ * EventOutcome
+ *
+ * What the projection did with one event.
+ */
+export type EventOutcome = 'applied' | 'duplicate' | 'refused' | 'stale' | 'unmatched';
+
+/**
  * EventPage
  */
 export type EventPage = {
     /**
      * Items
      */
-    items: Array<EventOut>;
+    items: Array<Event>;
     /**
      * Next Cursor
      */
@@ -654,23 +648,17 @@ export type EventPage = {
 };
 
 /**
- * EventResultOut
+ * EventResult
  */
-export type EventResultOut = {
-    /**
-     * From State
-     */
-    from_state: string | null;
+export type EventResult = {
+    from_state: State | null;
     /**
      * Invariant
      *
      * The rule that refused the event.
      */
     invariant: string | null;
-    /**
-     * Outcome
-     */
-    outcome: 'applied' | 'duplicate' | 'refused' | 'stale' | 'unmatched';
+    outcome: EventOutcome;
     /**
      * Reason
      */
@@ -679,10 +667,7 @@ export type EventResultOut = {
      * Source Event Id
      */
     source_event_id: string;
-    /**
-     * To State
-     */
-    to_state: string | null;
+    to_state: State | null;
     /**
      * Unit Id
      */
@@ -926,7 +911,7 @@ export type ProjectionOut = {
     /**
      * Results
      */
-    results: Array<EventResultOut>;
+    results: Array<EventResult>;
     /**
      * Stale
      *
@@ -942,9 +927,9 @@ export type ProjectionOut = {
 };
 
 /**
- * QuestionOut
+ * Question
  */
-export type QuestionOut = {
+export type Question = {
     /**
      * Answer
      */
@@ -999,7 +984,7 @@ export type QuestionPage = {
     /**
      * Items
      */
-    items: Array<QuestionOut>;
+    items: Array<Question>;
     /**
      * Next Cursor
      */
@@ -1036,13 +1021,13 @@ export type RegisterOut = {
     /**
      * Units
      */
-    units: Array<RegisteredOut>;
+    units: Array<Registered>;
 };
 
 /**
- * RegisteredOut
+ * Registered
  */
-export type RegisteredOut = {
+export type Registered = {
     /**
      * Created
      */
@@ -1097,7 +1082,7 @@ export type SplitOut = {
      * Children
      */
     children: Array<UnitRefOut>;
-    unit: UnitOut;
+    unit: Unit;
 };
 
 /**
@@ -1150,15 +1135,108 @@ export type UnblockIn = {
 };
 
 /**
- * UnitAttemptOut
+ * Unit
  */
-export type UnitAttemptOut = {
-    attempt: AttemptOut;
-    unit: UnitOut;
+export type Unit = {
+    /**
+     * Attempt Count
+     */
+    attempt_count: number;
+    /**
+     * Attempts Allowed
+     */
+    attempts_allowed: number;
+    /**
+     * Claimed By
+     */
+    claimed_by: string | null;
+    /**
+     * Cost Cents
+     */
+    cost_cents: number;
+    /**
+     * Created At
+     */
+    created_at: string;
+    /**
+     * Disposed At
+     */
+    disposed_at: string | null;
+    disposition: Disposition | null;
+    /**
+     * Domain
+     */
+    domain: string;
+    /**
+     * Evidence Urls
+     */
+    evidence_urls: Array<string>;
+    /**
+     * Exclusive
+     */
+    exclusive: Array<string>;
+    /**
+     * External Ref
+     */
+    external_ref: string;
+    /**
+     * Failed Attempts
+     */
+    failed_attempts: number;
+    /**
+     * Fleet
+     */
+    fleet: string;
+    /**
+     * Id
+     */
+    id: string;
+    /**
+     * Last Heartbeat At
+     */
+    last_heartbeat_at: string | null;
+    /**
+     * Lease Expires At
+     */
+    lease_expires_at: string | null;
+    /**
+     * Max Attempts
+     */
+    max_attempts: number;
+    /**
+     * Parent Id
+     */
+    parent_id: string | null;
+    state: State;
+    /**
+     * Unfinished Prerequisites
+     */
+    unfinished_prerequisites: number;
+    /**
+     * Updated At
+     */
+    updated_at: string;
+    /**
+     * Workflow Id
+     */
+    workflow_id: string | null;
+};
+
+/**
+ * UnitAttempt
+ *
+ * A unit and its attempt: the answer of a claim, a start, a verify, a release, a
+ * heartbeat and a cost.
+ */
+export type UnitAttempt = {
+    attempt: Attempt;
+    unit: Unit;
 };
 
 /**
  * UnitDetailOut
+ *
+ * A unit's fields, then its attempts, questions and place in the work's shape.
  */
 export type UnitDetailOut = {
     /**
@@ -1205,7 +1283,7 @@ export type UnitDetailOut = {
     /**
      * Exclusive
      */
-    exclusive?: Array<string>;
+    exclusive: Array<string>;
     /**
      * External Ref
      */
@@ -1223,7 +1301,7 @@ export type UnitDetailOut = {
      *
      * Why a ready unit is skipped by a claim now, one object per reason: {"kind": "paused"|"cap"|"budget"|"exclusive", ...}; [] otherwise.
      */
-    held_back_by?: Array<{
+    held_back_by: Array<{
         [key: string]: unknown;
     }>;
     /**
@@ -1250,7 +1328,7 @@ export type UnitDetailOut = {
     /**
      * Questions
      */
-    questions: Array<QuestionOut>;
+    questions: Array<Question>;
     /**
      * Requires
      */
@@ -1283,91 +1361,12 @@ export type UnitDetailOut = {
 };
 
 /**
- * UnitOut
+ * UnitOnly
+ *
+ * A unit alone: the answer of a dispose and a waive.
  */
-export type UnitOut = {
-    /**
-     * Attempt Count
-     */
-    attempt_count: number;
-    /**
-     * Attempts Allowed
-     */
-    attempts_allowed: number;
-    /**
-     * Claimed By
-     */
-    claimed_by: string | null;
-    /**
-     * Cost Cents
-     */
-    cost_cents: number;
-    /**
-     * Created At
-     */
-    created_at: string;
-    /**
-     * Disposed At
-     */
-    disposed_at: string | null;
-    disposition: Disposition | null;
-    /**
-     * Domain
-     */
-    domain: string;
-    /**
-     * Evidence Urls
-     */
-    evidence_urls: Array<string>;
-    /**
-     * Exclusive
-     */
-    exclusive?: Array<string>;
-    /**
-     * External Ref
-     */
-    external_ref: string;
-    /**
-     * Failed Attempts
-     */
-    failed_attempts: number;
-    /**
-     * Fleet
-     */
-    fleet: string;
-    /**
-     * Id
-     */
-    id: string;
-    /**
-     * Last Heartbeat At
-     */
-    last_heartbeat_at: string | null;
-    /**
-     * Lease Expires At
-     */
-    lease_expires_at: string | null;
-    /**
-     * Max Attempts
-     */
-    max_attempts: number;
-    /**
-     * Parent Id
-     */
-    parent_id: string | null;
-    state: State;
-    /**
-     * Unfinished Prerequisites
-     */
-    unfinished_prerequisites: number;
-    /**
-     * Updated At
-     */
-    updated_at: string;
-    /**
-     * Workflow Id
-     */
-    workflow_id: string | null;
+export type UnitOnly = {
+    unit: Unit;
 };
 
 /**
@@ -1377,7 +1376,7 @@ export type UnitPage = {
     /**
      * Items
      */
-    items: Array<UnitOut>;
+    items: Array<Unit>;
     /**
      * Next Cursor
      */
@@ -1385,11 +1384,13 @@ export type UnitPage = {
 };
 
 /**
- * UnitQuestionOut
+ * UnitQuestion
+ *
+ * A unit and its question: the answer of a block and an unblock.
  */
-export type UnitQuestionOut = {
-    question: QuestionOut;
-    unit: UnitOut;
+export type UnitQuestion = {
+    question: Question;
+    unit: Unit;
 };
 
 /**
@@ -1551,7 +1552,7 @@ export type RecordCostResponses = {
     /**
      * Successful Response
      */
-    200: AttemptUnitOut;
+    200: UnitAttempt;
 };
 
 export type RecordCostResponse = RecordCostResponses[keyof RecordCostResponses];
@@ -1619,7 +1620,7 @@ export type HeartbeatResponses = {
     /**
      * Successful Response
      */
-    200: UnitAttemptOut;
+    200: UnitAttempt;
 };
 
 export type HeartbeatResponse = HeartbeatResponses[keyof HeartbeatResponses];
@@ -1733,7 +1734,7 @@ export type SetBudgetResponses = {
     /**
      * Successful Response
      */
-    200: BudgetOut;
+    200: Budget;
 };
 
 export type SetBudgetResponse = SetBudgetResponses[keyof SetBudgetResponses];
@@ -2276,7 +2277,7 @@ export type GetQuestionResponses = {
     /**
      * Successful Response
      */
-    200: QuestionOut;
+    200: Question;
 };
 
 export type GetQuestionResponse = GetQuestionResponses[keyof GetQuestionResponses];
@@ -2344,7 +2345,7 @@ export type CancelQuestionResponses = {
     /**
      * Successful Response
      */
-    200: QuestionOut;
+    200: Question;
 };
 
 export type CancelQuestionResponse = CancelQuestionResponses[keyof CancelQuestionResponses];
@@ -2412,7 +2413,7 @@ export type RouteQuestionResponses = {
     /**
      * Successful Response
      */
-    200: QuestionOut;
+    200: Question;
 };
 
 export type RouteQuestionResponse = RouteQuestionResponses[keyof RouteQuestionResponses];
@@ -2639,7 +2640,7 @@ export type BulkUnitsResponses = {
     /**
      * Successful Response
      */
-    200: BulkOut;
+    200: BulkResult;
 };
 
 export type BulkUnitsResponse = BulkUnitsResponses[keyof BulkUnitsResponses];
@@ -2702,7 +2703,7 @@ export type ClaimNextResponses = {
     /**
      * Successful Response
      */
-    200: ClaimOut;
+    200: Claim;
 };
 
 export type ClaimNextResponse = ClaimNextResponses[keyof ClaimNextResponses];
@@ -2830,7 +2831,7 @@ export type BlockUnitResponses = {
     /**
      * Successful Response
      */
-    201: UnitQuestionOut;
+    201: UnitQuestion;
 };
 
 export type BlockUnitResponse = BlockUnitResponses[keyof BlockUnitResponses];
@@ -2900,7 +2901,7 @@ export type ClaimUnitResponses = {
     /**
      * Successful Response
      */
-    200: UnitAttemptOut;
+    200: UnitAttempt;
 };
 
 export type ClaimUnitResponse = ClaimUnitResponses[keyof ClaimUnitResponses];
@@ -2970,7 +2971,7 @@ export type DisposeUnitResponses = {
     /**
      * Successful Response
      */
-    200: DisposeOut;
+    200: UnitOnly;
 };
 
 export type DisposeUnitResponse = DisposeUnitResponses[keyof DisposeUnitResponses];
@@ -3175,7 +3176,7 @@ export type TransitionUnitResponses = {
     /**
      * Successful Response
      */
-    200: UnitAttemptOut;
+    200: UnitAttempt;
 };
 
 export type TransitionUnitResponse = TransitionUnitResponses[keyof TransitionUnitResponses];
@@ -3245,7 +3246,7 @@ export type UnblockUnitResponses = {
     /**
      * Successful Response
      */
-    200: UnitQuestionOut;
+    200: UnitQuestion;
 };
 
 export type UnblockUnitResponse = UnblockUnitResponses[keyof UnblockUnitResponses];
@@ -3315,7 +3316,7 @@ export type WaivePrerequisiteResponses = {
     /**
      * Successful Response
      */
-    200: DisposeOut;
+    200: UnitOnly;
 };
 
 export type WaivePrerequisiteResponse = WaivePrerequisiteResponses[keyof WaivePrerequisiteResponses];

@@ -8,18 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 
 from work_ledger.api import problems
+from work_ledger.api.answers import UnitAttempt
 from work_ledger.api.request_state import unit_logged
-from work_ledger.api.schemas import (
-    UNIT_ATTEMPT_JSON,
-    AttemptOut,
-    CostIn,
-    LeaseIn,
-    UnitAttempt,
-    UnitAttemptOut,
-    UnitOut,
-)
-from work_ledger.api.wire import answer_as, body_doc
-from work_ledger.api.writes import Write, write_of
+from work_ledger.api.schemas import CostIn, LeaseIn
+from work_ledger.api.wire import answer
+from work_ledger.api.writes import Write, write_doc, write_of
 from work_ledger.domain.model import Attempt, Unit
 from work_ledger.domain.shape import CostRecord
 from work_ledger.service.keyed import Keying
@@ -28,22 +21,15 @@ from work_ledger.service.tokens import Role
 router = APIRouter(tags=["attempts"], responses=problems.WRITE_RESPONSES)
 
 
-class AttemptUnitOut(UnitAttemptOut):
-    """The attempt first: cost is recorded against it."""
-
-    attempt: AttemptOut
-    unit: UnitOut
-
-
 def _unit_attempt(request: Request, result: tuple[Unit, Attempt]) -> Response:
     unit_logged(request, result[0].id)
-    return answer_as(UNIT_ATTEMPT_JSON, UnitAttempt(*result))
+    return answer(UnitAttempt(*result))
 
 
 @router.post(
     "/attempts/{attempt_id}/heartbeat",
-    response_model=UnitAttemptOut,
-    openapi_extra=body_doc(LeaseIn),
+    response_model=UnitAttempt,
+    openapi_extra=write_doc(LeaseIn),
     operation_id="heartbeat",
 )
 async def heartbeat(
@@ -61,8 +47,8 @@ async def heartbeat(
 
 @router.post(
     "/attempts/{attempt_id}/cost",
-    response_model=AttemptUnitOut,
-    openapi_extra=body_doc(CostIn),
+    response_model=UnitAttempt,
+    openapi_extra=write_doc(CostIn),
     operation_id="recordCost",
 )
 async def record_cost(

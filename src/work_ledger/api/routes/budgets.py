@@ -7,11 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Response
 
 from work_ledger.api import problems
-from work_ledger.api.auth import Caller, require
+from work_ledger.api.answers import BudgetPage
+from work_ledger.api.auth import Caller, require, token_doc
 from work_ledger.api.request_state import ledger
-from work_ledger.api.schemas import BudgetIn, BudgetOut, BudgetPage
-from work_ledger.api.wire import answer, body_doc
-from work_ledger.api.writes import Write, write_of
+from work_ledger.api.schemas import BudgetIn
+from work_ledger.api.wire import answer
+from work_ledger.api.writes import Write, write_doc, write_of
 from work_ledger.service.budgets import Budget
 from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import Ledger
@@ -26,8 +27,8 @@ NotAgent = Annotated[Caller, Depends(require(*(r for r in Role if r is not Role.
 @router.post(
     "/budgets",
     responses=problems.WRITE_RESPONSES,
-    response_model=BudgetOut,
-    openapi_extra=body_doc(BudgetIn),
+    response_model=Budget,
+    openapi_extra=write_doc(BudgetIn),
     operation_id="setBudget",
 )
 async def set_budget(w: Annotated[Write[BudgetIn], Depends(write_of(BudgetIn))]) -> Response:
@@ -35,20 +36,22 @@ async def set_budget(w: Annotated[Write[BudgetIn], Depends(write_of(BudgetIn))])
     (operator). Once the scope's units have spent `cap_cents`, nothing in it is claimed
     anew; held work goes on. Raising the cap makes the scope claimable again."""
 
-    def budget_out(budget: Budget) -> Response:
-        return answer(BudgetOut.model_validate(budget))
-
     return await w.run(
         Keying.ATOMIC,
         lambda svc: svc.set_budget(
             w.body.fleet, w.body.cap_cents, w.caller.actor(), domain=w.body.domain
         ),
-        budget_out,
+        answer,
     )
 
 
-@router.get("/budgets", responses=problems.READ_RESPONSES, operation_id="listBudgets")
+@router.get(
+    "/budgets",
+    responses=problems.READ_RESPONSES,
+    operation_id="listBudgets",
+    openapi_extra=token_doc(),
+)
 async def list_budgets(svc: LedgerDep, _: NotAgent) -> BudgetPage:
     """Every budget: its cap, what its scope has spent, and what remains."""
     budgets = await svc.list_budgets()
-    return BudgetPage.model_validate({"items": budgets}, from_attributes=True)
+    return BudgetPage(items=budgets)

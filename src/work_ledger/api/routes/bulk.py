@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Response
 
 from work_ledger.api import problems
-from work_ledger.api.bulk_schemas import BulkIn, BulkOut
-from work_ledger.api.wire import answer, body_doc
-from work_ledger.api.writes import Write, write_of
+from work_ledger.api.bulk_schemas import BulkIn
+from work_ledger.api.wire import answer
+from work_ledger.api.writes import Write, write_doc, write_of
 from work_ledger.service.bulk import BulkFilter, BulkResult
 from work_ledger.service.keyed import Keying
 
@@ -20,8 +20,8 @@ router = APIRouter(tags=["units"], responses=problems.READ_RESPONSES)
     "/units/bulk",
     operation_id="bulkUnits",
     responses=problems.WRITE_RESPONSES,
-    response_model=BulkOut,
-    openapi_extra=body_doc(BulkIn),
+    response_model=BulkResult,
+    openapi_extra=write_doc(BulkIn),
 )
 async def bulk_units(w: Annotated[Write[BulkIn], Depends(write_of(BulkIn))]) -> Response:
     """Dispose or release every unit the filter matches (operator). `dry_run` (the
@@ -39,18 +39,6 @@ async def bulk_units(w: Annotated[Write[BulkIn], Depends(write_of(BulkIn))]) -> 
         held_by=body.filter.held_by,
     )
 
-    def bulk_out(result: BulkResult) -> Response:
-        out = BulkOut.model_validate(
-            {
-                "dry_run": result.dry_run,
-                "matched": result.matched,
-                "changed": result.changed,
-                "skipped": result.skipped,
-                "operation_id": result.operation,
-            }
-        )
-        return answer(out)
-
     return await w.run(
         Keying.ATOMIC,
         lambda svc: svc.bulk(
@@ -62,5 +50,5 @@ async def bulk_units(w: Annotated[Write[BulkIn], Depends(write_of(BulkIn))]) -> 
             dry_run=body.dry_run,
             limit=body.limit,
         ),
-        bulk_out,
+        answer,
     )

@@ -9,20 +9,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 
 from work_ledger.api import problems
+from work_ledger.api.answers import UnitAttempt
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.request_state import claim_answered
 from work_ledger.api.routes.units import UnitRef
-from work_ledger.api.schemas import (
-    CLAIM_JSON,
-    UNIT_ATTEMPT_JSON,
-    ClaimIn,
-    ClaimOut,
-    LeaseIn,
-    UnitAttempt,
-    UnitAttemptOut,
-)
-from work_ledger.api.wire import answer_as, body_doc
-from work_ledger.api.writes import Write, write_of
+from work_ledger.api.schemas import ClaimIn, LeaseIn
+from work_ledger.api.wire import answer
+from work_ledger.api.writes import Write, write_doc, write_of
 from work_ledger.domain.model import Claim
 from work_ledger.service.keyed import Keying, Look
 from work_ledger.service.tokens import Role
@@ -32,14 +25,14 @@ router = APIRouter(tags=["units"], responses=problems.READ_RESPONSES)
 
 def _claim_out(request: Request, claim: Claim) -> Response:
     claim_answered(request, claim)
-    return answer_as(CLAIM_JSON, claim)
+    return answer(claim)
 
 
 @router.post(
     "/units/claim",
     responses=problems.WRITE_RESPONSES,
-    response_model=ClaimOut,
-    openapi_extra=body_doc(ClaimIn),
+    response_model=Claim,
+    openapi_extra=write_doc(ClaimIn),
     operation_id="claimNext",
 )
 async def claim_next(
@@ -99,8 +92,8 @@ async def _wait_for_claim(request: Request, look: Look, agent: str, body: ClaimI
 @router.post(
     "/units/{unit:path}/claim",
     responses=problems.WRITE_RESPONSES,
-    response_model=UnitAttemptOut,
-    openapi_extra=body_doc(LeaseIn),
+    response_model=UnitAttempt,
+    openapi_extra=write_doc(LeaseIn),
     operation_id="claimUnit",
 )
 async def claim_named(
@@ -115,7 +108,7 @@ async def claim_named(
         assert claim.unit is not None
         assert claim.attempt is not None
         claim_answered(request, claim)
-        return answer_as(UNIT_ATTEMPT_JSON, UnitAttempt(claim.unit, claim.attempt))
+        return answer(UnitAttempt(claim.unit, claim.attempt))
 
     return await w.run(
         Keying.RERUNNABLE,

@@ -7,12 +7,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Response
 
 from work_ledger.api import problems
-from work_ledger.api.auth import Caller, require
+from work_ledger.api.auth import Caller, require, token_doc
 from work_ledger.api.flow_schemas import ControlEventPage, ControlOut, ControlPage, ControlsIn
 from work_ledger.api.request_state import ledger
 from work_ledger.api.schemas import MAX_LIMIT
-from work_ledger.api.wire import answer, body_doc
-from work_ledger.api.writes import Write, write_of
+from work_ledger.api.wire import answer
+from work_ledger.api.writes import Write, write_doc, write_of
 from work_ledger.domain.flow import ABSENT, ControlChange
 from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import Ledger
@@ -48,7 +48,7 @@ def change_of(body: ControlsIn) -> ControlChange:
     operation_id="setControls",
     responses=problems.WRITE_RESPONSES,
     response_model=ControlOut,
-    openapi_extra=body_doc(ControlsIn),
+    openapi_extra=write_doc(ControlsIn),
 )
 async def set_controls(w: Annotated[Write[ControlsIn], Depends(write_of(ControlsIn))]) -> Response:
     """Upsert the controls of a fleet (no domain) or of one domain of it (operator): a
@@ -65,13 +65,23 @@ async def set_controls(w: Annotated[Write[ControlsIn], Depends(write_of(Controls
     )
 
 
-@router.get("/controls", operation_id="listControls", responses=problems.READ_RESPONSES)
+@router.get(
+    "/controls",
+    operation_id="listControls",
+    responses=problems.READ_RESPONSES,
+    openapi_extra=token_doc(),
+)
 async def list_controls(svc: LedgerDep, _: NotAgent) -> ControlPage:
     """Every controlled scope: its cap and live units, held units, pause, drain and gate."""
     return ControlPage.model_validate({"items": await svc.list_controls()})
 
 
-@router.get("/controls/events", operation_id="listControlEvents", responses=problems.READ_RESPONSES)
+@router.get(
+    "/controls/events",
+    operation_id="listControlEvents",
+    responses=problems.READ_RESPONSES,
+    openapi_extra=token_doc(),
+)
 async def list_control_events(
     svc: LedgerDep,
     _: NotAgent,
@@ -80,6 +90,4 @@ async def list_control_events(
 ) -> ControlEventPage:
     """Every change of the controls, newest first; pass `next_cursor` back as `cursor`."""
     page = await svc.list_control_events(limit=limit, cursor=cursor)
-    return ControlEventPage.model_validate(
-        {"items": page.items, "next_cursor": page.next_cursor}, from_attributes=True
-    )
+    return ControlEventPage(items=page.items, next_cursor=page.next_cursor)

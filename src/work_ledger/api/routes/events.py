@@ -7,9 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request
 
 from work_ledger.api import problems
-from work_ledger.api.auth import Reader
+from work_ledger.api.answers import EventPage
+from work_ledger.api.auth import Reader, token_doc
 from work_ledger.api.request_state import ledger, unit_logged
-from work_ledger.api.schemas import MAX_LIMIT, EventPage
+from work_ledger.api.schemas import MAX_LIMIT
+from work_ledger.domain.model import Event
 from work_ledger.service.ledger import Ledger
 
 router = APIRouter(tags=["events"], responses=problems.READ_RESPONSES)
@@ -18,13 +20,11 @@ Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
 Cursor = Annotated[str | None, Query(max_length=512)]
 
 
-def _page(items: object, next_cursor: str | None) -> EventPage:
-    return EventPage.model_validate(
-        {"items": items, "next_cursor": next_cursor}, from_attributes=True
-    )
+def _page(items: list[Event], next_cursor: str | None) -> EventPage:
+    return EventPage(items=items, next_cursor=next_cursor)
 
 
-@router.get("/events", operation_id="listEvents")
+@router.get("/events", operation_id="listEvents", openapi_extra=token_doc())
 async def list_events(
     svc: LedgerDep, _: Reader, limit: Limit = 100, cursor: Cursor = None
 ) -> EventPage:
@@ -34,7 +34,7 @@ async def list_events(
 
 
 # Included before the units router: `/units/{unit:path}` would otherwise swallow `/events`.
-@router.get("/units/{unit:path}/events", operation_id="listUnitEvents")
+@router.get("/units/{unit:path}/events", operation_id="listUnitEvents", openapi_extra=token_doc())
 async def list_unit_events(
     request: Request,
     unit: Annotated[str, Path(min_length=1, max_length=256)],

@@ -8,7 +8,7 @@ from asyncpg import Pool
 from fastapi import APIRouter, Request
 
 from work_ledger.api import problems
-from work_ledger.api.schemas import Health
+from work_ledger.api.answers import Health
 from work_ledger.errors import Unavailable
 
 router = APIRouter(tags=["health"])

@@ -27,7 +27,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from starlette.exceptions import HTTPException
 
 from work_ledger.api import problems
-from work_ledger.api.auth import Caller, require
+from work_ledger.api.auth import Caller, require, token_doc
 from work_ledger.api.body_limit import MAX_BODY_BYTES
 from work_ledger.api.collectors import LedgerMetrics
 from work_ledger.api.wire import raw_body
@@ -52,13 +52,14 @@ router = APIRouter(tags=["telemetry"])
     operation_id="exportOtlpLogs",
     response_class=Response,
     openapi_extra={
+        **token_doc(),
         "requestBody": {
             "required": True,
             "content": {
                 PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
                 JSON: {"schema": {"type": "object"}},
             },
-        }
+        },
     },
     responses={
         200: {

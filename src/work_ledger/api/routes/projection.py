@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
 from pydantic import AwareDatetime, BaseModel, Field, StringConstraints
@@ -11,14 +11,16 @@ from pydantic import Strict as StrictMark
 
 from work_ledger.api import problems
 from work_ledger.api.schemas import Body
-from work_ledger.api.wire import MAX_FREE_DEPTH, FreeJson, answer, body_doc
-from work_ledger.api.writes import Write, write_of
+from work_ledger.api.wire import MAX_FREE_DEPTH, FreeJson, answer
+from work_ledger.api.writes import Write, write_doc, write_of
 from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import MAX_BATCH, Ledger
 from work_ledger.service.tokens import Role
 from work_ledger.temporal.ingest import (
     MAX_EVENT_ID,
     MAX_ID,
+    EventOutcome,
+    EventResult,
     ProjectionReport,
     Projector,
     WorkflowEvent,
@@ -58,29 +60,31 @@ class ProjectionIn(Body):
     events: list[WorkflowEventIn] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-class EventResultOut(BaseModel):
-    source_event_id: str
-    outcome: Literal["applied", "duplicate", "refused", "stale", "unmatched"]
-    unit_id: str | None
-    from_state: str | None
-    to_state: str | None
-    invariant: str | None = Field(description="The rule that refused the event.")
-    reason: str | None
-
-
 class ProjectionOut(BaseModel):
     applied: int = Field(description="Newly recorded and applied to their unit.")
     duplicates: int = Field(description="Already recorded: changed nothing.")
     refused: int = Field(description="Recorded, but the state machine refused them.")
     stale: int = Field(description="Recorded, older than an event already projected.")
     unmatched: int = Field(description="No unit has their workflow_id: not recorded.")
-    results: list[EventResultOut]
+    results: list[EventResult]
+
+    @classmethod
+    def of(cls, report: ProjectionReport) -> ProjectionOut:
+        """One count per outcome, then each event's result in order."""
+        return cls(
+            applied=report.count(EventOutcome.APPLIED),
+            duplicates=report.count(EventOutcome.DUPLICATE),
+            refused=report.count(EventOutcome.REFUSED),
+            stale=report.count(EventOutcome.STALE),
+            unmatched=report.count(EventOutcome.UNMATCHED),
+            results=report.results,
+        )
 
 
 @router.post(
     "/projection/events",
     response_model=ProjectionOut,
-    openapi_extra=body_doc(ProjectionIn),
+    openapi_extra=write_doc(ProjectionIn),
     operation_id="projectEvents",
 )
 async def project_events(
@@ -96,5 +100,5 @@ async def project_events(
     return await w.run(
         Keying.APART,
         project,
-        lambda report: answer(ProjectionOut.model_validate(report.as_json())),
+        lambda report: answer(ProjectionOut.of(report)),
     )

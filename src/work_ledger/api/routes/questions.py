@@ -10,19 +10,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from work_ledger.api import problems
-from work_ledger.api.auth import Reader
+from work_ledger.api.answers import QuestionPage
+from work_ledger.api.auth import Reader, token_doc
 from work_ledger.api.longpoll import Notifier
 from work_ledger.api.request_state import ledger, unit_logged
-from work_ledger.api.schemas import (
-    MAX_LIMIT,
-    MAX_WAIT_SECONDS,
-    CancelIn,
-    QuestionOut,
-    QuestionPage,
-    RouteIn,
-)
-from work_ledger.api.wire import answer, body_doc
-from work_ledger.api.writes import Write, write_of
+from work_ledger.api.schemas import MAX_LIMIT, MAX_WAIT_SECONDS, CancelIn, RouteIn
+from work_ledger.api.wire import answer
+from work_ledger.api.writes import Write, write_doc, write_of
 from work_ledger.domain.model import Question, QuestionStatus
 from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import Ledger
@@ -37,7 +31,12 @@ Wait = Annotated[
 ]
 
 
-@router.get("/questions", responses=problems.READ_RESPONSES, operation_id="listQuestions")
+@router.get(
+    "/questions",
+    responses=problems.READ_RESPONSES,
+    operation_id="listQuestions",
+    openapi_extra=token_doc(),
+)
 async def list_questions(
     request: Request,
     svc: LedgerDep,
@@ -67,9 +66,7 @@ async def list_questions(
         )
         remaining = deadline - loop.time()
         if page.items or remaining <= 0 or notifier.draining:
-            return QuestionPage.model_validate(
-                {"items": page.items, "next_cursor": page.next_cursor}, from_attributes=True
-            )
+            return QuestionPage(items=page.items, next_cursor=page.next_cursor)
         await notifier.wait(wake, remaining)
 
 
@@ -77,10 +74,12 @@ async def list_questions(
     "/questions/{question_id}",
     responses=problems.READ_RESPONSES,
     operation_id="getQuestion",
+    response_model=Question,
+    openapi_extra=token_doc(),
 )
 async def get_question(
     request: Request, question_id: uuid.UUID, svc: LedgerDep, _: Reader, wait_seconds: Wait = 0
-) -> QuestionOut:
+) -> Response:
     """One question; with `wait_seconds`, waits until it is answered or cancelled."""
     notifier: Notifier = request.app.state.notifier
     loop = asyncio.get_running_loop()
@@ -91,20 +90,20 @@ async def get_question(
             remaining = deadline - loop.time()
             if question.status is not QuestionStatus.OPEN or remaining <= 0 or notifier.draining:
                 unit_logged(request, question.unit_id)
-                return QuestionOut.model_validate(question)
+                return answer(question)
             await notifier.wait(closed, remaining)
 
 
 def _question_out(request: Request, question: Question) -> Response:
     unit_logged(request, question.unit_id)
-    return answer(QuestionOut.model_validate(question))
+    return answer(question)
 
 
 @router.post(
     "/questions/{question_id}/cancel",
     responses=problems.WRITE_RESPONSES,
-    response_model=QuestionOut,
-    openapi_extra=body_doc(CancelIn),
+    response_model=Question,
+    openapi_extra=write_doc(CancelIn),
     operation_id="cancelQuestion",
 )
 async def cancel_question(
@@ -125,8 +124,8 @@ async def cancel_question(
 @router.post(
     "/questions/{question_id}/route",
     responses=problems.WRITE_RESPONSES,
-    response_model=QuestionOut,
-    openapi_extra=body_doc(RouteIn),
+    response_model=Question,
+    openapi_extra=write_doc(RouteIn),
     operation_id="routeQuestion",
 )
 async def route(

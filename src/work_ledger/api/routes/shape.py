@@ -7,10 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request, Response
 
 from work_ledger.api import problems
+from work_ledger.api.answers import SplitOut, UnitOnly, UnitRefOut
 from work_ledger.api.request_state import unit_logged
-from work_ledger.api.schemas import UNIT_ONLY_JSON, DisposeOut, SplitIn, SplitOut, UnitOnly, WaiveIn
-from work_ledger.api.wire import answer, answer_as, body_doc
-from work_ledger.api.writes import Write, write_of
+from work_ledger.api.schemas import SplitIn, WaiveIn
+from work_ledger.api.wire import answer
+from work_ledger.api.writes import Write, write_doc, write_of
 from work_ledger.domain.model import Unit
 from work_ledger.service.keyed import Keying
 from work_ledger.service.shape import NewChild, Split
@@ -27,7 +28,7 @@ UnitRef = Annotated[
     "/units/{unit:path}/split",
     status_code=201,
     response_model=SplitOut,
-    openapi_extra=body_doc(SplitIn),
+    openapi_extra=write_doc(SplitIn),
     operation_id="splitUnit",
 )
 async def split(
@@ -52,11 +53,8 @@ async def split(
 
     def split_out(done: Split) -> Response:
         unit_logged(request, done.unit.id)
-        out = {
-            "unit": done.unit,
-            "children": [{"id": i, "external_ref": r} for i, r in done.children],
-        }
-        return answer(SplitOut.model_validate(out, from_attributes=True), 201)
+        children = [UnitRefOut(id=i, external_ref=r) for i, r in done.children]
+        return answer(SplitOut(unit=done.unit, children=children), 201)
 
     return await w.run(
         Keying.ATOMIC,
@@ -69,8 +67,8 @@ async def split(
 
 @router.post(
     "/units/{unit:path}/waive",
-    response_model=DisposeOut,
-    openapi_extra=body_doc(WaiveIn),
+    response_model=UnitOnly,
+    openapi_extra=write_doc(WaiveIn),
     operation_id="waivePrerequisite",
 )
 async def waive(
@@ -83,7 +81,7 @@ async def waive(
 
     def waived(found: Unit) -> Response:
         unit_logged(request, found.id)
-        return answer_as(UNIT_ONLY_JSON, UnitOnly(found))
+        return answer(UnitOnly(found))
 
     return await w.run(
         Keying.ATOMIC,

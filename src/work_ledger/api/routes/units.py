@@ -3,38 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from pydantic import TypeAdapter
 
 from work_ledger.api import problems
-from work_ledger.api.auth import Reader, refuse_role
+from work_ledger.api.answers import (
+    RegisterOut,
+    UnitAttempt,
+    UnitDetailOut,
+    UnitOnly,
+    UnitPage,
+    UnitQuestion,
+)
+from work_ledger.api.auth import Reader, refuse_role, token_doc
 from work_ledger.api.request_state import ledger, unit_logged
 from work_ledger.api.schemas import (
     MAX_LIMIT,
-    UNIT_ATTEMPT_JSON,
-    UNIT_ONLY_JSON,
-    UNIT_QUESTION_JSON,
-    AttemptOut,
     BlockIn,
     DisposeIn,
-    DisposeOut,
-    RegisteredOut,
     RegisterIn,
-    RegisterOut,
     TransitionIn,
     UnblockIn,
-    UnitAttempt,
-    UnitAttemptOut,
-    UnitDetailOut,
-    UnitOnly,
-    UnitOut,
-    UnitPage,
-    UnitQuestion,
-    UnitQuestionOut,
 )
-from work_ledger.api.wire import answer, answer_as, body_doc
-from work_ledger.api.writes import Write, write_of
+from work_ledger.api.wire import answer
+from work_ledger.api.writes import Write, write_doc, write_of
 from work_ledger.domain.model import (
     Attempt,
     Disposition,
@@ -60,19 +54,19 @@ LedgerDep = Annotated[Ledger, Depends(ledger)]
 
 def _unit_attempt(request: Request, result: tuple[Unit, Attempt]) -> Response:
     unit_logged(request, result[0].id)
-    return answer_as(UNIT_ATTEMPT_JSON, UnitAttempt(*result))
+    return answer(UnitAttempt(*result))
 
 
 def _unit_question(request: Request, result: tuple[Unit, Question], status: int = 200) -> Response:
     unit_logged(request, result[0].id)
-    return answer_as(UNIT_QUESTION_JSON, UnitQuestion(*result), status)
+    return answer(UnitQuestion(*result), status)
 
 
 @router.post(
     "/units",
     responses=problems.WRITE_RESPONSES,
     response_model=RegisterOut,
-    openapi_extra=body_doc(RegisterIn),
+    openapi_extra=write_doc(RegisterIn),
     operation_id="registerUnits",
 )
 async def register_units(
@@ -101,7 +95,7 @@ async def register_units(
             RegisterOut(
                 created=created,
                 existing=len(registered) - created,
-                units=[RegisteredOut.model_validate(r) for r in registered],
+                units=registered,
             )
         )
 
@@ -113,8 +107,8 @@ async def register_units(
 @router.post(
     "/units/{unit:path}/transition",
     responses=problems.WRITE_RESPONSES,
-    response_model=UnitAttemptOut,
-    openapi_extra=body_doc(TransitionIn),
+    response_model=UnitAttempt,
+    openapi_extra=write_doc(TransitionIn),
     operation_id="transitionUnit",
 )
 async def transition(
@@ -170,8 +164,8 @@ async def transition(
     "/units/{unit:path}/block",
     status_code=201,
     responses=problems.WRITE_RESPONSES,
-    response_model=UnitQuestionOut,
-    openapi_extra=body_doc(BlockIn),
+    response_model=UnitQuestion,
+    openapi_extra=write_doc(BlockIn),
     operation_id="blockUnit",
 )
 async def block(
@@ -196,8 +190,8 @@ async def block(
 @router.post(
     "/units/{unit:path}/unblock",
     responses=problems.WRITE_RESPONSES,
-    response_model=UnitQuestionOut,
-    openapi_extra=body_doc(UnblockIn),
+    response_model=UnitQuestion,
+    openapi_extra=write_doc(UnblockIn),
     operation_id="unblockUnit",
 )
 async def unblock(
@@ -218,8 +212,8 @@ async def unblock(
 @router.post(
     "/units/{unit:path}/dispose",
     responses=problems.WRITE_RESPONSES,
-    response_model=DisposeOut,
-    openapi_extra=body_doc(DisposeIn),
+    response_model=UnitOnly,
+    openapi_extra=write_doc(DisposeIn),
     operation_id="disposeUnit",
 )
 async def dispose(
@@ -231,7 +225,7 @@ async def dispose(
 
     def disposed(found: Unit) -> Response:
         unit_logged(request, found.id)
-        return answer_as(UNIT_ONLY_JSON, UnitOnly(found))
+        return answer(UnitOnly(found))
 
     return await w.run(
         Keying.ATOMIC,
@@ -247,7 +241,7 @@ async def dispose(
     )
 
 
-@router.get("/units", operation_id="listUnits")
+@router.get("/units", operation_id="listUnits", openapi_extra=token_doc())
 async def list_units(
     svc: LedgerDep,
     _: Reader,
@@ -267,30 +261,39 @@ async def list_units(
         limit=limit,
         cursor=cursor,
     )
-    return UnitPage.model_validate(
-        {"items": page.items, "next_cursor": page.next_cursor}, from_attributes=True
-    )
+    return UnitPage(items=page.items, next_cursor=page.next_cursor)
 
 
-@router.get("/units/{unit:path}", operation_id="getUnit")
-async def get_unit(request: Request, unit: UnitRef, svc: LedgerDep, _: Reader) -> UnitDetailOut:
+@router.get(
+    "/units/{unit:path}",
+    operation_id="getUnit",
+    response_model=UnitDetailOut,
+    openapi_extra=token_doc(),
+)
+async def get_unit(request: Request, unit: UnitRef, svc: LedgerDep, _: Reader) -> Response:
     """One unit with its attempts (each with its cost by model) and questions, what it
     waits on, its requirements, parent, children and the cost of its whole subtree, and
     for a ready unit what keeps a claim from it now (`held_back_by`)."""
     detail = await svc.get_unit(unit)
     unit_logged(request, detail.unit.id)
     shape = await svc.unit_shape(detail.unit.id)
-    shape["held_back_by"] = await svc.held_back_by(detail.unit)
-    data = UnitOut.model_validate(detail.unit).model_dump()
     by_attempt = shape.pop("cost_by_model")
     attempts = [
-        {
-            **AttemptOut.model_validate(a).model_dump(),
-            "cost_by_model": by_attempt.get(str(a.id), []),
-        }
-        for a in detail.attempts
+        {**_fields(attempt), "cost_by_model": by_attempt.get(str(attempt.id), [])}
+        for attempt in detail.attempts
     ]
-    return UnitDetailOut.model_validate(
-        {**data, **shape, "attempts": attempts, "questions": detail.questions},
-        from_attributes=True,
-    )
+    found = {
+        **_fields(detail.unit),
+        **shape,
+        "attempts": attempts,
+        "questions": detail.questions,
+        "held_back_by": await svc.held_back_by(detail.unit),
+    }
+    return answer(_DETAIL.validate_python(found))
+
+
+def _fields(record: Unit | Attempt) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in record.__dataclass_fields__}
+
+
+_DETAIL = TypeAdapter(UnitDetailOut)
