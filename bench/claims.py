@@ -475,6 +475,18 @@ def _variant(base: str, name: str, note: str, db_setup: str) -> Config:
     return dataclasses.replace(config, name=name, loop=f"{config.loop}; {note}", db_setup=db_setup)
 
 
+# Pull-next against the same backlog with flow controls that stop none of it: keys on the
+# claimed units, caps and pauses on other fleets, paused units ahead in the queue.
+CONFIGS.append(
+    _variant(
+        "ledger_sql_claim",
+        "ledger_sql_claim_controls",
+        "with flow controls (raw.sql ledger_controls_seed): a key on each claimed unit, 200 "
+        "other fleets capped, every other one paused, 1,000 paused units ahead in the queue",
+        RAW["ledger_controls_seed"],
+    )
+)
+
 # Applies to the workers' connections, which open after this runs.
 CUSTOM_PLANS = """
 DO $$ BEGIN
