@@ -363,7 +363,11 @@ CREATE TABLE controls (
     cap_changed_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT controls_domain_bounded CHECK (((length(domain) >= 1) AND (length(domain) <= 256))),
     CONSTRAINT controls_fleet_bounded CHECK (((length(fleet) >= 1) AND (length(fleet) <= 256))),
-    CONSTRAINT controls_gate_shape CHECK (((gate IS NULL) OR ((jsonb_typeof((gate -> 'max_failed_share'::text)) = 'number'::text) AND ((((gate ->> 'max_failed_share'::text))::numeric >= (0)::numeric) AND (((gate ->> 'max_failed_share'::text))::numeric <= (1)::numeric)) AND (jsonb_typeof((gate -> 'last_attempts'::text)) = 'number'::text) AND ((((gate ->> 'last_attempts'::text))::numeric >= (1)::numeric) AND (((gate ->> 'last_attempts'::text))::numeric <= (10000)::numeric))))),
+    CONSTRAINT controls_gate_shape CHECK (((gate IS NULL) OR
+CASE
+    WHEN ((jsonb_typeof(gate) = 'object'::text) AND (jsonb_typeof((gate -> 'max_failed_share'::text)) = 'number'::text) AND (jsonb_typeof((gate -> 'last_attempts'::text)) = 'number'::text)) THEN ((((gate ->> 'max_failed_share'::text))::numeric >= (0)::numeric) AND (((gate ->> 'max_failed_share'::text))::numeric <= (1)::numeric) AND (((gate ->> 'last_attempts'::text))::numeric >= (1)::numeric) AND (((gate ->> 'last_attempts'::text))::numeric <= (10000)::numeric))
+    ELSE false
+END)),
     CONSTRAINT controls_max_live_bounded CHECK (((max_live >= 0) AND (max_live <= 100000))),
     CONSTRAINT controls_pause_reason CHECK ((paused OR (pause_reason IS NULL))),
     CONSTRAINT controls_paused_since CHECK ((paused = (paused_since IS NOT NULL)))

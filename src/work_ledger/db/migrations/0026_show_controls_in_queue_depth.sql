@@ -51,3 +51,27 @@ COMMENT ON VIEW v_queue_depth IS
     'claimed + in_progress, against max_live (the lowest cap set on the domain); paused = '
     'the paused scopes the row names (fleet/domain, or fleet for a whole fleet: on the '
     'total row).';
+
+-- Gates written before this migration were encoded twice (a JSON string holding the
+-- object), so controls_gate_shape, which reads the object's fields, checked nothing. The
+-- service now sends the object; the rows kept as strings become their objects, and the
+-- CHECK holds them from here on. (control_events are append-only and keep their old
+-- rows as written: the service reads both forms.)
+UPDATE controls SET gate = (gate #>> '{}')::jsonb WHERE jsonb_typeof(gate) = 'string';
+-- The check itself let through what is not an object, and an object missing a field (a
+-- comparison with null is null, which a CHECK passes). The CASE decides the type first,
+-- so a non-number never reaches the cast.
+ALTER TABLE controls DROP CONSTRAINT controls_gate_shape;
+ALTER TABLE controls ADD CONSTRAINT controls_gate_shape CHECK (
+    gate IS NULL OR CASE
+        WHEN jsonb_typeof(gate) = 'object'
+             AND jsonb_typeof(gate -> 'max_failed_share') = 'number'
+             AND jsonb_typeof(gate -> 'last_attempts') = 'number'
+        -- Written as one flat AND chain (not BETWEEN): schema.sql reloads to the same
+        -- catalog only so (59087f8 on main).
+        THEN (gate ->> 'max_failed_share')::numeric >= 0
+             AND (gate ->> 'max_failed_share')::numeric <= 1
+             AND (gate ->> 'last_attempts')::numeric >= 1
+             AND (gate ->> 'last_attempts')::numeric <= 10000
+        ELSE false
+    END);
