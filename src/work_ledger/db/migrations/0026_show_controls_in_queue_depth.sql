@@ -1,3 +1,6 @@
+-- Two things of the flow controls (issue 38): the queue's view shows them, and a gate is
+-- kept as the object its check reads (at the end).
+--
 -- v_queue_depth shows each domain's live units against its cap and which scopes are
 -- paused (issue 38, read side), so the one view a dashboard polls answers "why is this
 -- queue not moving?" without a second query. The new columns come last: a view may only
