@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import itertools
 import time
@@ -387,3 +388,22 @@ CONFIGS = [
            "worker connection, a no-op entrypoint (its own dequeue, completion log and "
            "heartbeat statements)"),
 ]  # fmt: skip
+
+
+def variant(base: str, name: str, note: str, db_setup: str) -> Config:
+    """Configuration `base` on a database that `db_setup` changed after seeding."""
+    config = next(c for c in CONFIGS if c.name == base)
+    return dataclasses.replace(config, name=name, loop=f"{config.loop}; {note}", db_setup=db_setup)
+
+
+# Pull-next against the same backlog with flow controls that stop none of it: keys on the
+# claimed units, caps and pauses on other fleets, paused units ahead in the queue.
+CONFIGS.append(
+    variant(
+        "ledger_sql_claim",
+        "ledger_sql_claim_controls",
+        "with flow controls (raw.sql ledger_controls_seed): a key on each claimed unit, 200 "
+        "other fleets capped, every other one paused, 1,000 paused units ahead in the queue",
+        RAW["ledger_controls_seed"],
+    )
+)

@@ -10,22 +10,16 @@ shows both plans of the product's claim next to the hand-written one.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import asyncpg
 
-from bench.claims import CONFIGS, LEASE_SECONDS, RAW, Config, seed_ledger
+from bench.claims import LEASE_SECONDS, RAW, seed_ledger, variant
 from work_ledger.db.connect import connect
 from work_ledger.db.queries import QUERIES
 
 BACKLOG = 30_000
 CLAIMS_BEFORE = 500  # claimed units ahead in the ready index, as in a running queue
-
-
-def _variant(base: str, name: str, note: str, db_setup: str) -> Config:
-    config = next(c for c in CONFIGS if c.name == base)
-    return dataclasses.replace(config, name=name, loop=f"{config.loop}; {note}", db_setup=db_setup)
 
 
 # Applies to the workers' connections, which open after this runs.
@@ -43,25 +37,25 @@ NO_GUARD_TRIGGER = "ALTER TABLE work_units DISABLE TRIGGER unit_state_transition
 
 # Throwaway-database variants that locate the cost of the ledger's claim.
 DIAGNOSTICS = [
-    _variant(
+    variant(
         "ledger_sql_claim",
         "ledger_sql_claim_custom_plans",
         "plan_cache_mode = force_custom_plan (never the cached generic plan)",
         CUSTOM_PLANS,
     ),
-    _variant(
+    variant(
         "service_claim",
         "service_claim_custom_plans",
         "plan_cache_mode = force_custom_plan",
         CUSTOM_PLANS,
     ),
-    _variant(
+    variant(
         "raw_ledger_claim",
         "raw_ledger_claim_no_sum_triggers",
         "the three deferred unit_sums_* constraint triggers disabled",
         NO_SUM_TRIGGERS,
     ),
-    _variant(
+    variant(
         "raw_ledger_claim",
         "raw_ledger_claim_no_user_triggers",
         "the deferred sum triggers and the unit_state_transition_allowed guard disabled "

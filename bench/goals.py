@@ -54,6 +54,20 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
                     f"items/s of {ours} ÷ items/s of {limit}, medians",
                 )
             )
+        if c in (16, 64):  # issue 38: flow controls that stop none of the backlog
+            controlled = _ratio(
+                _get(med, "ledger_sql_claim_controls", k, "items_per_s"),
+                _get(med, "ledger_sql_claim", k, "items_per_s"),
+            )
+            out.append(
+                _goal(
+                    f"pull-next with keys, caps and pauses elsewhere ≥ 0.9x without (c={c})",
+                    controlled,
+                    ">=",
+                    0.9,
+                    "items/s of ledger_sql_claim_controls ÷ items/s of ledger_sql_claim, medians",
+                )
+            )
         pull_next = _ratio(
             _get(med, "ledger_sql_claim", k, "items_per_s"),
             _get(med, "raw_ledger_claim", k, "items_per_s"),

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import psutil
 
-from bench.claims import EVIDENCE, seed_ledger
+from bench.claims import EVIDENCE, RAW, seed_ledger
 from bench.harness import Operation, Server, free_port, measure, median_of, process_tree_cpu
 from work_ledger.config import DEFAULT_POOL_SIZE
 from work_ledger.db.connect import create_pool, with_database
@@ -276,19 +276,8 @@ SELECT 'other-' || i, NULL, 100 FROM generate_series(1, 998) AS i
 UNION ALL SELECT 'bench', NULL, 1000000000000
 UNION ALL SELECT 'bench', domain, 1000000000000 FROM (SELECT DISTINCT domain FROM work_units) AS d
 """
-# Flow controls (DESIGN §13) on 200 other fleets: a cap on each, every other one paused,
-# and a domain cap in each. Every admission of the seeded fleet looks for its own control
-# rows and finds none; the claim's filters ask the head unit's scope.
-CONTROLS = """
-INSERT INTO controls (fleet, domain, max_live, paused, paused_since, pause_reason, reason,
-                      updated_by)
-SELECT 'other-' || i, d, 10, i % 2 = 0 AND d IS NULL,
-       CASE WHEN i % 2 = 0 AND d IS NULL THEN now() END,
-       CASE WHEN i % 2 = 0 AND d IS NULL THEN 'bench' END, 'bench', 'bench'
-FROM generate_series(1, 200) AS i, (VALUES (NULL), ('orders')) AS s (d)
-"""
 # What a window's database gets beside its backlog.
-EXTRA_SEED = {"http_claim_budget": BUDGETS, "http_claim_controls": CONTROLS}
+EXTRA_SEED = {"http_claim_budget": BUDGETS, "http_claim_controls": RAW["ledger_controls_seed"]}
 
 CLAIM_LOOP = "2 requests, 2 commits: POST /units/claim, then POST /units/{id}/transition to "
 LIFE_LOOP = "5 requests, 5 commits: claim, start, cost, verify, dispose MIGRATED "
@@ -304,8 +293,9 @@ CONFIGS = {
     "http_claim_budget": ("serve", claim_finish_ops, 20_000, "http_claim with 1,000 budgets, "
                           "a fleet-wide and a domain one over the claimed units, far from spent"),
     "http_claim_controls": ("serve", claim_finish_ops, 20_000, "http_claim with flow controls "
-                            "on 200 other fleets: a cap on each, every other one paused, a "
-                            "domain cap in each"),
+                            "that stop none of its backlog (raw.sql ledger_controls_seed): a key "
+                            "on each claimed unit, 200 other fleets capped, every other one "
+                            "paused, 1,000 paused units ahead in the queue"),
     "http_life": ("serve", life_ops, 8_000, LIFE_LOOP + "through serve; a token per worker"),
     "http_life_keyed": ("serve", partial(life_ops, keyed=True), 8_000, "http_life" + KEYED),
     "http_life_by_model": ("serve", partial(life_ops, cost=BY_MODEL), 8_000, "http_life with a "

@@ -114,3 +114,26 @@ WITH unit AS (
 )
 INSERT INTO work_unit_events (unit_id, attempt_id, event_type, from_state, to_state, agent_id)
 SELECT id, $2, 'disposed', 'verified', 'done', $3 FROM unit;
+
+-- name: ledger_controls_seed
+-- Flow controls (DESIGN §13) beside a ledger_seed backlog, which none of them stops:
+-- each seeded unit carries an exclusion key of its own (a claim takes it: a held_keys row
+-- each); 200 other fleets with a cap of 10, every other one paused fleet-wide, and a
+-- domain cap in each; and 1,000 ready units of 10 of those paused fleets, registered a day
+-- before the backlog, so they are ahead of it in the queue and every pull-next skips them.
+UPDATE work_units SET exclusive = ARRAY['module-' || external_ref] WHERE fleet = 'bench';
+INSERT INTO controls (fleet, domain, max_live, paused, paused_since, pause_reason, reason,
+                      updated_by)
+SELECT 'other-' || i, d, 10, i % 2 = 0 AND d IS NULL,
+       CASE WHEN i % 2 = 0 AND d IS NULL THEN now() END,
+       CASE WHEN i % 2 = 0 AND d IS NULL THEN 'bench' END, 'bench', 'bench'
+FROM generate_series(1, 200) AS i, (VALUES (NULL), ('orders')) AS s (d);
+WITH units AS (
+    INSERT INTO work_units (external_ref, fleet, created_at)
+    SELECT 'paused-' || g, 'other-' || (2 * (g % 10 + 1)), now() - interval '1 day'
+    FROM generate_series(1, 1000) AS g
+    RETURNING id
+)
+INSERT INTO work_unit_events (unit_id, event_type, to_state, agent_id)
+SELECT id, 'registered', 'ready', 'bench' FROM units;
+ANALYZE work_units;

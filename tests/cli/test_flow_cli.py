@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from test_agent_cli import Cli, agent, cli, cli_server  # noqa: F401  (shared fixtures)
@@ -51,3 +52,27 @@ def test_register_reads_an_exclusive_column_csv_and_jsonl(cli: Cli, tmp_path: Pa
     assert agent(cli, "claim", "--unit", "a").exit_code == 0
     shown = cli("show", "b")
     assert "key 'db/y' is held by a (claimed)" in " ".join(shown.stdout.split())
+
+
+def test_cap_sets_a_ramp_gate_shown_with_paused_since_in_the_table(cli: Cli) -> None:
+    """--gate SHARE/LAST sets the ramp gate; the table shows it, and when a scope was paused;
+    a malformed gate is refused naming the form, and changes nothing."""
+    gated = cli("cap", "f", "10", "--gate", "0.1/200", "--reason", "ramp", "--json")
+    assert gated.exit_code == 0, gated.output
+    assert json.loads(gated.stdout)["gate"] == {"max_failed_share": 0.1, "last_attempts": 200}
+    assert cli("pause", "f", "--reason", "weekend").exit_code == 0
+    bad = cli("cap", "f", "20", "--gate", "tenth", "--reason", "ramp")
+    assert bad.exit_code != 0
+    assert "SHARE/LAST" in " ".join(bad.output.split())
+    listed = cli("controls")
+    row = next(
+        [c.strip() for c in line.split("│")[1:-1]]
+        for line in listed.stdout.splitlines()
+        if "│ f" in line
+    )
+    assert row[1] == "0 / 10"  # the bad gate changed nothing
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d.*", row[3])  # paused since (may wrap)
+    assert (row[4], row[5]) == ("yes", "<= 0.1 failed")  # the gate's cell wraps: "of last 200"
+    assert "of last 200" in listed.stdout
+    removed = cli("cap", "f", "10", "--gate", "none", "--reason", "no gate", "--json")
+    assert json.loads(removed.stdout)["gate"] is None

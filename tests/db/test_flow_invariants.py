@@ -181,3 +181,30 @@ async def test_a_stale_reclaim_is_allowed_at_the_cap(
     assert new.unit is not None
     assert new.unit.external_ref == "s-0"
     assert await ledger.claim("agent-third") == Claim(None, None)
+
+
+async def test_gates_and_control_events_are_json_objects_the_check_reads(
+    ledger: Ledger, raw: asyncpg.Connection
+) -> None:
+    """A gate is kept as a JSON object (not a string holding one), so the gate's shape
+    check applies: raw SQL writing a share above 1, a gate missing a field, or a string
+    is refused."""
+    from work_ledger.domain.flow import ControlChange
+    from work_ledger.domain.model import Actor
+
+    gate = {"max_failed_share": 0.2, "last_attempts": 50}
+    change = ControlChange("f", "ramp", max_live=3, gate=gate)
+    await ledger.set_controls(change, Actor("operator", privileged=True))
+    kept = await raw.fetchrow(
+        "SELECT jsonb_typeof(c.gate) AS gate, jsonb_typeof(e.after) AS after"
+        " FROM controls AS c, control_events AS e"
+    )
+    assert (kept["gate"], kept["after"]) == ("object", "object")
+    for bad in (
+        '{"max_failed_share": 5, "last_attempts": 50}',
+        '{"last_attempts": 50}',
+        '{"max_failed_share": "0.1", "last_attempts": 50}',
+        '"a string"',
+    ):
+        with pytest.raises(asyncpg.CheckViolationError, match="controls_gate_shape"):
+            await raw.execute("UPDATE controls SET gate = $1::text::jsonb", bad)

@@ -254,3 +254,31 @@ async def test_report_shows_live_against_each_cap_and_the_paused(
     assert controls.index("fleet-a / orders") < controls.index("fleet-a / all domains")
     assert _row(result.output, "v_controls", "fleet-a / all domains")[1].endswith("/ 9")
     assert _row(result.output, "v_controls", "fleet-a / orders")[1].endswith("/ —")
+
+
+async def test_queue_depth_and_report_show_live_against_caps_and_paused_scopes(
+    seeded: Ledger, database_url: str, raw: asyncpg.Connection
+) -> None:
+    """v_queue_depth: live against the domain's cap, and the paused scopes each row names
+    (a fleet-wide pause on the total row); the report says both under the queue."""
+    from work_ledger.domain.flow import ControlChange
+    from work_ledger.domain.model import Actor
+
+    operator = Actor("operator", privileged=True)
+    await seeded.set_controls(
+        ControlChange("fleet-a", "ramp", domain="orders", max_live=3), operator
+    )
+    await seeded.set_controls(
+        ControlChange("fleet-a", "weekend", domain="orders", paused=True), operator
+    )
+    await seeded.set_controls(ControlChange("fleet-a", "legacy down", paused=True), operator)
+    rows = {r["domain"]: r for r in await raw.fetch("SELECT * FROM v_queue_depth")}
+    orders, total = rows["orders"], rows["(all)"]
+    assert (orders["live"], orders["max_live"]) == (orders["claimed"] + orders["in_progress"], 3)
+    assert orders["paused"] == ["fleet-a/orders"]
+    assert (rows["billing"]["max_live"], rows["billing"]["paused"]) == (None, [])
+    assert (total["max_live"], total["paused"]) == (None, ["fleet-a", "fleet-a/orders"])
+    result = await _invoke(database_url, "report")
+    assert result.exit_code == 0, result.output
+    assert f"live / cap: orders {orders['live']} / 3" in result.output
+    assert "paused: fleet-a, fleet-a/orders" in result.output

@@ -53,21 +53,24 @@ async def _differences(raw: asyncpg.Connection) -> dict[str, list[str]]:
     """Rows in one side and not the other, per view (empty lists: the same rows)."""
     found = {}
     for name in SUMMARISED:
-        scan = f"SELECT * FROM full_scan_{name}"
-        if name in FIRST_LINKS:
-            columns = [
-                r["attname"]
-                for r in await raw.fetch(
-                    "SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass"
-                    " AND attnum > 0 ORDER BY attnum",
-                    name,
-                )
-            ]
-            picked = [FIRST_LINKS[name] if c == "evidence_urls" else c for c in columns]
-            scan = f"SELECT {', '.join(picked)} FROM full_scan_{name}"
+        # The full scan's columns: a view may have gained columns since (v_queue_depth's
+        # live, max_live and paused in 0026, which no tally keeps).
+        columns = [
+            r["attname"]
+            for r in await raw.fetch(
+                "SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass"
+                " AND attnum > 0 ORDER BY attnum",
+                f"full_scan_{name}",
+            )
+        ]
+        kept = f"SELECT {', '.join(columns)} FROM {name}"
+        picked = [FIRST_LINKS.get(name, c) if c == "evidence_urls" else c for c in columns]
+        scan = f"SELECT {', '.join(picked)} FROM full_scan_{name}"
         rows = await raw.fetch(
-            f"(SELECT 'kept' AS side, * FROM {name} EXCEPT ALL SELECT 'kept', * FROM ({scan}) s)"
-            f" UNION ALL (SELECT 'scan', * FROM ({scan}) s EXCEPT ALL SELECT 'scan', * FROM {name})"
+            f"(SELECT 'kept' AS side, * FROM ({kept}) k"
+            f" EXCEPT ALL SELECT 'kept', * FROM ({scan}) s)"
+            f" UNION ALL (SELECT 'scan', * FROM ({scan}) s"
+            f" EXCEPT ALL SELECT 'scan', * FROM ({kept}) k)"
         )
         found[name] = [str(dict(r)) for r in rows]
     return found

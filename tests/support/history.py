@@ -30,7 +30,7 @@ HOLDER_WRITES = frozenset({"transitioned", "released", "blocked", "heartbeat", "
 # waiting ones, or one a holder took meanwhile (an operator may dispose any unit).
 OPERATOR = "op"
 # Writes that leave no event of their own: their effects are checked by shape_history.py.
-UNEVENTFUL = frozenset({"register", "budget", "read"})
+UNEVENTFUL = frozenset({"register", "budget", "control", "read"})
 
 
 @dataclass

@@ -79,7 +79,25 @@ def queue(report: Report, top: int | None) -> Section:
         numeric=frozenset(columns),
         totals=_totals(rows),
         more=_more(left, "domains", "--all"),
+        notes=_flow_notes(report.queue_depth),
     )
+
+
+def _flow_notes(rows: list[Row]) -> list[str]:
+    """Live against each domain's cap, and the paused scopes (DESIGN §13): why a queue
+    with ready units may not be moving. Nothing when no scope is capped or paused."""
+    capped = [
+        f"{r['domain']} {r['live']} / {r['max_live']}"
+        for r in rows
+        if r["scope"] == "domain" and r.get("max_live") is not None
+    ]
+    paused = sorted({p for r in rows for p in r.get("paused") or ()})
+    notes = []
+    if capped:
+        notes.append("live / cap: " + ", ".join(capped))
+    if paused:
+        notes.append("paused: " + ", ".join(paused) + " (`work-ledger resume`)")
+    return notes
 
 
 def stalls(report: Report) -> Section:

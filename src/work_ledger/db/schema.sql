@@ -363,7 +363,11 @@ CREATE TABLE controls (
     cap_changed_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT controls_domain_bounded CHECK (((length(domain) >= 1) AND (length(domain) <= 256))),
     CONSTRAINT controls_fleet_bounded CHECK (((length(fleet) >= 1) AND (length(fleet) <= 256))),
-    CONSTRAINT controls_gate_shape CHECK (((gate IS NULL) OR ((jsonb_typeof((gate -> 'max_failed_share'::text)) = 'number'::text) AND ((((gate ->> 'max_failed_share'::text))::numeric >= (0)::numeric) AND (((gate ->> 'max_failed_share'::text))::numeric <= (1)::numeric)) AND (jsonb_typeof((gate -> 'last_attempts'::text)) = 'number'::text) AND ((((gate ->> 'last_attempts'::text))::numeric >= (1)::numeric) AND (((gate ->> 'last_attempts'::text))::numeric <= (10000)::numeric))))),
+    CONSTRAINT controls_gate_shape CHECK (((gate IS NULL) OR
+CASE
+    WHEN ((jsonb_typeof(gate) = 'object'::text) AND (jsonb_typeof((gate -> 'max_failed_share'::text)) = 'number'::text) AND (jsonb_typeof((gate -> 'last_attempts'::text)) = 'number'::text)) THEN ((((gate ->> 'max_failed_share'::text))::numeric >= (0)::numeric) AND (((gate ->> 'max_failed_share'::text))::numeric <= (1)::numeric) AND (((gate ->> 'last_attempts'::text))::numeric >= (1)::numeric) AND (((gate ->> 'last_attempts'::text))::numeric <= (10000)::numeric))
+    ELSE false
+END)),
     CONSTRAINT controls_max_live_bounded CHECK (((max_live >= 0) AND (max_live <= 100000))),
     CONSTRAINT controls_pause_reason CHECK ((paused OR (pause_reason IS NULL))),
     CONSTRAINT controls_paused_since CHECK ((paused = (paused_since IS NOT NULL)))
@@ -3322,39 +3326,74 @@ CREATE VIEW v_question_wait WITH (security_barrier='true') AS
 COMMENT ON VIEW v_question_wait IS 'How long units wait on people. Per assignee group (scope group, domain (all)), per domain of the unit (scope domain, assignee_group_slug (all)) and over everything (scope total, always present): open questions (= blocked units), how many are not routed to the human queue yet, the oldest open one''s age (0 when none is open) and the median open age; answered questions and the time from asking to answer, p50 and p90 (seconds).';
 
 -- view: v_queue_depth
--- (from 0017_fold_read_summaries:)
--- The views, same columns as before, summary scopes from the *_now views.
+-- (from 0026_show_controls_in_queue_depth:)
+-- Two things of the flow controls (issue 38): the queue's view shows them, and a gate is
+-- kept as the object its check reads (at the end).
+--
+-- v_queue_depth shows each domain's live units against its cap and which scopes are
+-- paused (issue 38, read side), so the one view a dashboard polls answers "why is this
+-- queue not moving?" without a second query. The new columns come last: a view may only
+-- gain columns at its end.
+--
+-- - live: claimed + in_progress, the count a cap limits (DESIGN §13, Held and live).
+-- - max_live: the lowest cap set on this domain (of any fleet's fleet-and-domain control);
+--   null when none. The total row's is null: fleet-wide caps are per fleet, in v_controls.
+-- - paused: the paused scopes a row names, as 'fleet/domain' (or 'fleet' for a whole
+--   fleet): a domain row lists the pauses set on that domain, the total row every pause.
+--   The tallies keep no fleet, so a fleet-wide pause shows on the total row, not on the
+--   rows of its domains (v_held_back lists the units each pause holds back).
+-- The controls table has a row per controlled scope, a handful: joining it keeps the view
+-- on its summaries (≤ 100 ms at 1,000,000 units).
 CREATE VIEW v_queue_depth WITH (security_barrier='true') AS
- SELECT
-        CASE
-            WHEN (GROUPING(domain) = 1) THEN 'total'::text
-            ELSE 'domain'::text
-        END AS scope,
-        CASE
-            WHEN (GROUPING(domain) = 1) THEN '(all)'::text
-            ELSE domain
-        END AS domain,
-    (COALESCE(sum(units) FILTER (WHERE (state = 'ready'::work_state)), (0)::numeric))::bigint AS ready,
-    (COALESCE(sum(units) FILTER (WHERE (state = 'claimed'::work_state)), (0)::numeric))::bigint AS claimed,
-    (COALESCE(sum(units) FILTER (WHERE (state = 'in_progress'::work_state)), (0)::numeric))::bigint AS in_progress,
-    (COALESCE(sum(units) FILTER (WHERE (state = 'blocked'::work_state)), (0)::numeric))::bigint AS blocked,
-    (COALESCE(sum(units) FILTER (WHERE (state = 'verified'::work_state)), (0)::numeric))::bigint AS verified,
-    (COALESCE(sum(units) FILTER (WHERE (state = 'done'::work_state)), (0)::numeric))::bigint AS done,
-    (COALESCE(sum(units) FILTER (WHERE (state = 'abandoned'::work_state)), (0)::numeric))::bigint AS abandoned,
-    (COALESCE(sum(units) FILTER (WHERE (state <> ALL (ARRAY['done'::work_state, 'abandoned'::work_state]))), (0)::numeric))::bigint AS open,
-    (COALESCE(sum(units), (0)::numeric))::bigint AS units,
-    (COALESCE(sum(units) FILTER (WHERE (state = 'waiting'::work_state)), (0)::numeric))::bigint AS waiting
-   FROM wl_unit_tallies_now
-  GROUP BY GROUPING SETS ((domain), ())
- HAVING ((GROUPING(domain) = 1) OR (sum(units) <> (0)::numeric))
-  ORDER BY GROUPING(domain),
-        CASE
-            WHEN (GROUPING(domain) = 1) THEN '(all)'::text
-            ELSE domain
-        END;
+ WITH depth AS (
+         SELECT
+                CASE
+                    WHEN (GROUPING(wl_unit_tallies_now.domain) = 1) THEN 'total'::text
+                    ELSE 'domain'::text
+                END AS scope,
+                CASE
+                    WHEN (GROUPING(wl_unit_tallies_now.domain) = 1) THEN '(all)'::text
+                    ELSE wl_unit_tallies_now.domain
+                END AS domain,
+            (COALESCE(sum(wl_unit_tallies_now.units) FILTER (WHERE (wl_unit_tallies_now.state = 'ready'::work_state)), (0)::numeric))::bigint AS ready,
+            (COALESCE(sum(wl_unit_tallies_now.units) FILTER (WHERE (wl_unit_tallies_now.state = 'claimed'::work_state)), (0)::numeric))::bigint AS claimed,
+            (COALESCE(sum(wl_unit_tallies_now.units) FILTER (WHERE (wl_unit_tallies_now.state = 'in_progress'::work_state)), (0)::numeric))::bigint AS in_progress,
+            (COALESCE(sum(wl_unit_tallies_now.units) FILTER (WHERE (wl_unit_tallies_now.state = 'blocked'::work_state)), (0)::numeric))::bigint AS blocked,
+            (COALESCE(sum(wl_unit_tallies_now.units) FILTER (WHERE (wl_unit_tallies_now.state = 'verified'::work_state)), (0)::numeric))::bigint AS verified,
+            (COALESCE(sum(wl_unit_tallies_now.units) FILTER (WHERE (wl_unit_tallies_now.state = 'done'::work_state)), (0)::numeric))::bigint AS done,
+            (COALESCE(sum(wl_unit_tallies_now.units) FILTER (WHERE (wl_unit_tallies_now.state = 'abandoned'::work_state)), (0)::numeric))::bigint AS abandoned,
+            (COALESCE(sum(wl_unit_tallies_now.units) FILTER (WHERE (wl_unit_tallies_now.state <> ALL (ARRAY['done'::work_state, 'abandoned'::work_state]))), (0)::numeric))::bigint AS open,
+            (COALESCE(sum(wl_unit_tallies_now.units), (0)::numeric))::bigint AS units,
+            (COALESCE(sum(wl_unit_tallies_now.units) FILTER (WHERE (wl_unit_tallies_now.state = 'waiting'::work_state)), (0)::numeric))::bigint AS waiting,
+            GROUPING(wl_unit_tallies_now.domain) AS total
+           FROM wl_unit_tallies_now
+          GROUP BY GROUPING SETS ((wl_unit_tallies_now.domain), ())
+         HAVING ((GROUPING(wl_unit_tallies_now.domain) = 1) OR (sum(wl_unit_tallies_now.units) <> (0)::numeric))
+        )
+ SELECT scope,
+    domain,
+    ready,
+    claimed,
+    in_progress,
+    blocked,
+    verified,
+    done,
+    abandoned,
+    open,
+    units,
+    waiting,
+    (claimed + in_progress) AS live,
+    ( SELECT min(c.max_live) AS min
+           FROM controls c
+          WHERE ((d.total = 0) AND (c.domain = d.domain))) AS max_live,
+    COALESCE(( SELECT array_agg((c.fleet || COALESCE(('/'::text || c.domain), ''::text)) ORDER BY c.fleet, c.domain NULLS FIRST) AS array_agg
+           FROM controls c
+          WHERE (c.paused AND ((d.total = 1) OR (c.domain = d.domain)))), '{}'::text[]) AS paused
+   FROM depth d
+  ORDER BY total, domain;
 
 -- comment: VIEW v_queue_depth
-COMMENT ON VIEW v_queue_depth IS 'How many units are in each state, per domain (scope domain) and over all domains (scope total, always present). open = not yet done or abandoned; waiting = registered but held by a prerequisite or by the ledger''s question at the attempt limit. Read from wl_unit_tallies, kept exact by trigger in the statement that changes a unit.';
+COMMENT ON VIEW v_queue_depth IS 'How many units are in each state, per domain (scope domain) and over all domains (scope total, always present). open = not yet done or abandoned; waiting = registered but held by a prerequisite or by the ledger''s question at the attempt limit. live = claimed + in_progress, against max_live (the lowest cap set on the domain); paused = the paused scopes the row names (fleet/domain, or fleet for a whole fleet: on the total row).';
 
 -- view: wl_pending_rework_days
 CREATE VIEW wl_pending_rework_days AS

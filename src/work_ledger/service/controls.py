@@ -41,6 +41,8 @@ class ControlEvent:
 
 
 def _json(value: Any) -> Any:
+    """A JSON value as read: control events written before migration 0026 hold theirs as
+    a JSON string of the object (the service encoded it twice)."""
     return json.loads(value) if isinstance(value, str) else value
 
 
@@ -101,7 +103,7 @@ class ControlWrites(LedgerReads):
                 max_live,
                 paused,
                 pause_reason,
-                None if gate is None else json.dumps(gate),
+                gate,  # the pool's codec encodes it: a JSON object, which the CHECK reads
                 change.reason,
                 actor.name,
                 max_live != old["max_live"],
@@ -117,11 +119,11 @@ class ControlWrites(LedgerReads):
                 fleet,
                 domain,
                 actor.name,
-                None if before is None else json.dumps(before),
-                json.dumps(after),
+                before,
+                after,
                 change.reason,
                 bool(change.force and figures is not None),
-                None if figures is None else json.dumps(figures),
+                figures,
             )
         listed = await self.list_controls(fleet=fleet, domain=domain)
         return listed[0]

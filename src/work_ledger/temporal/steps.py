@@ -18,7 +18,9 @@ import asyncpg
 
 from work_ledger.db.queries import QUERIES
 from work_ledger.db.store import translated_errors
+from work_ledger.domain import flow, shape
 from work_ledger.domain.model import HELD, Attempt, Disposition, Outcome, State, Unit
+from work_ledger.errors import InvariantViolation
 from work_ledger.temporal.lifecycle import NOTED
 
 
@@ -204,7 +206,26 @@ class Steps:
 
     async def _claim(self) -> None:
         row = await self.tx.fetchrow("claim_unit", self.p.agent, None, self.lease, self.unit.id)
+        if row is None and self.unit.state is State.READY:
+            # A workflow's claim is a claim (DESIGN §13): recorded with the rule that
+            # refused it, as the API words a named claim's refusal, not as a bad transition.
+            held_back = await self._held_back()
+            if held_back is not None:
+                raise held_back
         self._after(row, "claim")
+
+    async def _held_back(self) -> InvariantViolation | None:
+        """Why a claim of this ready unit found nothing: its budget is spent, its scope is
+        paused or at its cap, or another unit holds one of its exclusion keys."""
+        u = self.unit
+        budget = await self.tx.fetchrow("exhausted_budget_of", u.fleet, u.domain)
+        if budget is not None:
+            return shape.budget_exhausted(u, dict(budget))
+        control = await self.tx.fetchrow("closed_control_of", u.fleet, u.domain, True)
+        if control is not None:
+            return flow.claim_held_back(u, dict(control))
+        holder = await self.tx.fetchrow("key_holders_of", u.id)
+        return None if holder is None else flow.key_held(u, dict(holder))
 
     async def _start(self) -> None:
         """The API's own start (its `transitioned` event carries no detail: the delivery's

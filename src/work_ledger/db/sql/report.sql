@@ -11,7 +11,8 @@ WHERE wl_settings.stall_seconds IS DISTINCT FROM excluded.stall_seconds;
 
 -- name: read_queue_depth
 -- $1 domain or null (every domain and the total row).
-SELECT scope, domain, ready, claimed, in_progress, blocked, verified, done, abandoned, open, units
+SELECT scope, domain, ready, claimed, in_progress, blocked, verified, done, abandoned, open, units,
+       live, max_live, paused
 FROM v_queue_depth
 WHERE $1::text IS NULL OR (scope = 'domain' AND domain = $1)
 ORDER BY scope = 'total', domain;
