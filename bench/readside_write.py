@@ -70,7 +70,11 @@ VARIANTS: dict[str, tuple[str, set[int]]] = {
     "off": ("readside_write_off", {19, 23, 25}),
 }
 FOLDED = ("0017", "0019", "0023", "0025")
-TRIGGERS = ("read_summaries_on_insert", "read_summaries_on_update", "cost_by_model_on_record")
+TRIGGERS = (
+    ("work_units", "read_summaries_on_insert"),
+    ("work_units", "read_summaries_on_update"),
+    ("cost_records", "cost_by_model_on_record"),
+)
 # Each variant against the schema just before it: what the later migration alone costs.
 STEPS = (("0023", "0019"), ("0025", "0023"))
 FOLD_SECONDS = 1.0
@@ -212,8 +216,8 @@ async def measure_write(
     }
     off = await connect(urls["off"])
     try:
-        for trigger in TRIGGERS:
-            await off.execute(f"ALTER TABLE work_units DISABLE TRIGGER {trigger}")
+        for table, trigger in TRIGGERS:
+            await off.execute(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}")
     finally:
         await off.close()
     serials = {}
@@ -251,8 +255,8 @@ async def measure_write(
         conn = await connect(url)
         try:
             if name == "off":
-                for trigger in TRIGGERS:
-                    await conn.execute(f"ALTER TABLE work_units ENABLE TRIGGER {trigger}")
+                for table, trigger in TRIGGERS:
+                    await conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}")
             await conn.execute("SELECT wl_rebuild_read_summaries()")
             drift[name] = await conn.fetchval("SELECT count(*) FROM wl_read_summary_drift()")
         finally:
