@@ -1,6 +1,7 @@
--- One read-side mechanism (issue 44, part 3). Every tally the views read is now kept the
+-- One read-side mechanism (issue 44, part 3). Every summary the views read is now kept the
 -- same way: an insert into a table without an index as a change happens, folded by
--- wl_fold_read_summaries(), and read as folded plus pending.
+-- wl_fold_read_summaries(), and read as folded plus pending. (scope_spend, which v_budget
+-- also reads, is the claim's: a budget is decided in the claim's statement, 0011, 0020.)
 --
 -- - Per-model costs (v_cost_by_model, 0014's wl_model_tallies) were upserted in the
 --   statement of every cost record: a unique-index probe into wl_model_units and an upsert
