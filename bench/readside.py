@@ -279,6 +279,7 @@ def _write_table(run: dict[str, Any]) -> list[str]:
         "0017": "0017 (change rows + fold)",
         "0019": "0019 (noted by the guard)",
         "0023": "0023 (and the course's days)",
+        "0027": "0027 (cost per model folded)",
     }
     lines = [
         "",
@@ -320,7 +321,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--windows", type=int, default=6, help="`write`: concurrent windows")
     parser.add_argument(
-        "--variants", help="`write`: the schemas to compare, e.g. 0019,0023 (default: all)"
+        "--variants", help="`write`: the schemas to compare, e.g. 0023,0027 (default: all)"
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

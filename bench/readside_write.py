@@ -10,10 +10,13 @@ databases side by side on one server, each with its own connections:
 - `0017`: all but 0019: a row trigger of its own appends one change row per unit change,
   and wl_fold_read_summaries() folds them into the tallies;
 - `0019`: all but 0023: the unit's guard appends the change row, folded as in 0017;
-- `0023`: all migrations: 0019 and the program's course (change rows numbered and timed,
-  notes of attempts' ends, claims and costs, folded into the days);
-- `off`: all but 0019 and 0023, with the tally triggers disabled (nothing kept: the baseline, the
-  guard as it was before 0019).
+- `0023`: all but 0027: 0019 and the program's course (change rows numbered and timed,
+  notes of attempts' ends, claims and costs, folded into the days); the cost per model
+  still upserted by 0014's trigger in the statement of each cost record;
+- `0027`: all migrations: the cost per model noted (one insert) and folded like the rest;
+- `off`: all but 0019, 0023 and 0027, with the tally triggers and 0014's cost-per-model
+  trigger disabled (nothing kept: the baseline, the guard as it was before 0019). Until
+  0027 the baseline kept 0014's upsert, which every variant ran alike.
 
 Every variant has the other migrations (0018, 0020, ...), since the product's statements
 that a life runs need them.
@@ -59,14 +62,21 @@ from work_ledger.db.queries import QUERIES
 
 # Each variant's database and the migrations left out of it.
 VARIANTS: dict[str, tuple[str, set[int]]] = {
-    "0016": ("readside_write_0016", {17, 19, 21, 23}),
-    "0017": ("readside_write_0017", {19, 23}),
-    "0019": ("readside_write_0019", {23}),
-    "0023": ("readside_write", set()),
-    "off": ("readside_write_off", {19, 23}),
+    "0016": ("readside_write_0016", {17, 19, 21, 23, 27}),
+    "0017": ("readside_write_0017", {19, 23, 27}),
+    "0019": ("readside_write_0019", {23, 27}),
+    "0023": ("readside_write_0023", {27}),
+    "0027": ("readside_write", set()),
+    "off": ("readside_write_off", {19, 23, 27}),
 }
-FOLDED = ("0017", "0019", "0023")
-TRIGGERS = ("read_summaries_on_insert", "read_summaries_on_update")
+FOLDED = ("0017", "0019", "0023", "0027")
+TRIGGERS = (
+    ("work_units", "read_summaries_on_insert"),
+    ("work_units", "read_summaries_on_update"),
+    ("cost_records", "cost_by_model_on_record"),
+)
+# Each variant against the schema just before it: what the later migration alone costs.
+STEPS = (("0023", "0019"), ("0027", "0023"))
 FOLD_SECONDS = 1.0
 FOLD_EVERY_LIVES = 200  # 1,000 change rows: serve's FOLD_MIN_ROWS
 CHUNK = 10
@@ -206,8 +216,8 @@ async def measure_write(
     }
     off = await connect(urls["off"])
     try:
-        for trigger in TRIGGERS:
-            await off.execute(f"ALTER TABLE work_units DISABLE TRIGGER {trigger}")
+        for table, trigger in TRIGGERS:
+            await off.execute(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}")
     finally:
         await off.close()
     serials = {}
@@ -245,8 +255,8 @@ async def measure_write(
         conn = await connect(url)
         try:
             if name == "off":
-                for trigger in TRIGGERS:
-                    await conn.execute(f"ALTER TABLE work_units ENABLE TRIGGER {trigger}")
+                for table, trigger in TRIGGERS:
+                    await conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}")
             await conn.execute("SELECT wl_rebuild_read_summaries()")
             drift[name] = await conn.fetchval("SELECT count(*) FROM wl_read_summary_drift()")
         finally:
@@ -274,18 +284,19 @@ async def measure_write(
                 statistics.median(rates[name]) / statistics.median(rates["off"]), 3
             ),
         }
-    if "0019" in rates and "0023" in rates:
-        # The course's summaries on their own: 0023 against the schema just before it.
-        ratios["0023 over 0019"] = {
+    for later, earlier in STEPS:
+        if later not in rates or earlier not in rates:
+            continue
+        ratios[f"{later} over {earlier}"] = {
             "backend CPU per life": round(
-                per_life["0023"]["cpu_ms"] / per_life["0019"]["cpu_ms"], 3
+                per_life[later]["cpu_ms"] / per_life[earlier]["cpu_ms"], 3
             ),
             "lives per s at c=64 (median of per-round ratios)": round(
-                statistics.median(a / b for a, b in zip(rates["0023"], rates["0019"], strict=True)),
+                statistics.median(a / b for a, b in zip(rates[later], rates[earlier], strict=True)),
                 3,
             ),
             "lives per s at c=64 (ratio of medians)": round(
-                statistics.median(rates["0023"]) / statistics.median(rates["0019"]), 3
+                statistics.median(rates[later]) / statistics.median(rates[earlier]), 3
             ),
         }
     return {

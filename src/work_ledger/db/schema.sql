@@ -511,8 +511,15 @@ BEGIN
 END $$;
 
 -- function: wl_fold_read_summaries_locked()
--- (from 0023_keep_the_programs_course:)
--- 0021's fold, with the course's days (0023).
+-- (from 0027_one_read_side_mechanism:)
+-- ---------------------------------------------------------------------------------------
+-- The fold. Three statements, each in one snapshot: each deletes the rows it sees (change
+-- rows, day notes, cost notes) and adds what the pending views say about exactly those,
+-- read in the same snapshot (a data-modifying CTE's changes are not visible to the rest
+-- of its statement, so the views see the rows and the tallies as before the fold). A change
+-- that commits late is still there for the next fold. The keys of a disposed unit that left
+-- its key (a raw edit) come back so their first and last disposal are looked up again.
+-- Returns how many change rows it folded.
 CREATE FUNCTION wl_fold_read_summaries_locked() RETURNS bigint
     LANGUAGE plpgsql
     AS $$
@@ -522,17 +529,9 @@ DECLARE
 BEGIN
     WITH gone AS (
         DELETE FROM wl_unit_changes RETURNING 1
-    ), sides AS MATERIALIZED (
-        -- Read once: the aggregates below are those of the wl_pending_* views, over it.
-        SELECT * FROM wl_pending_sides
     ), units AS (
         INSERT INTO wl_unit_tallies AS t
-        SELECT domain, state, disposition, 0, sum(sign), sum(sign * (attempts > 0)::integer),
-               sum(sign * (attempts > 1)::integer), sum(sign * attempts),
-               sum(sign * cost_cents), sum(sign * no_evidence::integer),
-               min(disposed_at) FILTER (WHERE sign = 1), max(disposed_at) FILTER (WHERE sign = 1)
-        FROM sides
-        GROUP BY domain, state, disposition
+        SELECT * FROM wl_pending_unit_tallies
         ORDER BY domain, state, disposition
         ON CONFLICT ON CONSTRAINT unit_tallies_key DO UPDATE
         SET units = t.units + excluded.units,
@@ -545,21 +544,14 @@ BEGIN
             last_disposed_at = greatest(t.last_disposed_at, excluded.last_disposed_at)
     ), rework AS (
         INSERT INTO wl_rework_tallies AS t
-        SELECT domain, 0, sum(sign * superseded), sum(sign * released)
-        FROM sides WHERE attempts > 1
-        GROUP BY domain
-        HAVING sum(sign * superseded) <> 0 OR sum(sign * released) <> 0
+        SELECT * FROM wl_pending_rework_tallies
         ORDER BY domain
         ON CONFLICT ON CONSTRAINT rework_tallies_key DO UPDATE
         SET superseded_attempts = t.superseded_attempts + excluded.superseded_attempts,
             released_attempts = t.released_attempts + excluded.released_attempts
     ), days AS (
         INSERT INTO wl_rework_days AS t
-        SELECT domain, date_trunc('day', disposed_at, 'UTC') AS day, 0, sum(sign),
-               sum(sign * (attempts > 1)::integer), sum(sign * attempts),
-               sum(sign * superseded), sum(sign * released)
-        FROM sides WHERE disposed_at IS NOT NULL AND attempts > 0
-        GROUP BY domain, day
+        SELECT * FROM wl_pending_rework_days
         ORDER BY domain, day
         ON CONFLICT ON CONSTRAINT rework_days_key DO UPDATE
         SET attempted_units = t.attempted_units + excluded.attempted_units,
@@ -567,32 +559,15 @@ BEGIN
             attempts = t.attempts + excluded.attempts,
             superseded_attempts = t.superseded_attempts + excluded.superseded_attempts,
             released_attempts = t.released_attempts + excluded.released_attempts
-    ), pending_links AS MATERIALIZED (
-        SELECT s.disposition, scope.domain, link, sum(s.sign) AS delta
-        FROM sides AS s
-        CROSS JOIN LATERAL unnest(s.links) AS link
-        CROSS JOIN LATERAL (VALUES (s.domain), ('(all)')) AS scope (domain)
-        WHERE s.disposition IS NOT NULL
-        GROUP BY s.disposition, scope.domain, link
-        HAVING sum(s.sign) <> 0
     ), links AS (
         INSERT INTO wl_disposed_links AS l
-        SELECT disposition, domain, link, delta FROM pending_links
+        SELECT * FROM wl_pending_links
         ORDER BY disposition, domain, link
         ON CONFLICT ON CONSTRAINT disposed_links_key DO UPDATE SET units = l.units + excluded.units
-        RETURNING l.disposition, l.domain, l.link, l.units
     ), link_counts AS (
-        -- What wl_pending_link_tallies says, from the upsert's own answer: a link whose
-        -- units now equal its (positive) delta is new to its key, one at 0 has left it.
         INSERT INTO wl_link_tallies AS t
-        SELECT k.disposition, k.domain, 0,
-               count(*) FILTER (WHERE k.units = p.delta AND p.delta > 0)
-               - count(*) FILTER (WHERE k.units = 0)
-        FROM links AS k JOIN pending_links AS p USING (disposition, domain, link)
-        GROUP BY k.disposition, k.domain
-        HAVING count(*) FILTER (WHERE k.units = p.delta AND p.delta > 0)
-               <> count(*) FILTER (WHERE k.units = 0)
-        ORDER BY k.disposition, k.domain
+        SELECT * FROM wl_pending_link_tallies WHERE links <> 0
+        ORDER BY disposition, domain
         ON CONFLICT ON CONSTRAINT link_tallies_key DO UPDATE SET links = t.links + excluded.links
     ), ranks AS (
         -- Once a unit ranks it ranks for good (its cost and attempts never fall: cost
@@ -611,21 +586,15 @@ BEGIN
               IS DISTINCT FROM (excluded.domain, excluded.external_ref, excluded.cost_cents,
                                 excluded.attempts)
     ), daily AS (
-        -- The course (0023): each day's disposals from the change rows, and each day's
-        -- peak of the live count run forward through them (wl_pending_peaks, read in this
-        -- snapshot: from the folded count before this fold adds to it).
+        -- The course (0023): each day's disposals, and each day's peak of the live count
+        -- run forward through the change rows from the folded count (before this fold
+        -- adds to it: the same snapshot).
         INSERT INTO wl_daily_tallies AS t (day, domain, migrated, dropped, deferred, dead,
                                            peak_live)
         SELECT day, domain, sum(migrated), sum(dropped), sum(deferred), sum(dead),
                max(peak_live)
-        FROM (SELECT wl_utc_day(disposed_at) AS day, domain,
-                     coalesce(sum(sign) FILTER (WHERE disposition = 'MIGRATED'), 0) AS migrated,
-                     coalesce(sum(sign) FILTER (WHERE disposition = 'DROPPED'), 0) AS dropped,
-                     coalesce(sum(sign) FILTER (WHERE disposition = 'DEFERRED'), 0) AS deferred,
-                     coalesce(sum(sign) FILTER (WHERE disposition = 'DEAD'), 0) AS dead,
-                     NULL::bigint AS peak_live
-              FROM sides WHERE disposition IS NOT NULL AND disposed_at IS NOT NULL
-              GROUP BY 1, 2
+        FROM (SELECT day, domain, migrated, dropped, deferred, dead, NULL::bigint AS peak_live
+              FROM wl_pending_daily_disposed
               UNION ALL
               SELECT day, domain, 0, 0, 0, 0, peak_live FROM wl_pending_peaks) AS x
         GROUP BY day, domain
@@ -647,15 +616,16 @@ BEGIN
               AND (c.old_domain, c.old_state, c.old_disposition)
                   IS DISTINCT FROM (c.new_domain, c.new_state, c.new_disposition))
     INTO folded, left_keys;
-    -- The notes, in a statement of their own (they touch no table the one above does but
-    -- wl_daily_tallies, whose rows a second upsert in one statement may not touch twice):
-    -- it deletes the notes its snapshot sees and adds exactly those.
+    -- The day notes, in a statement of their own (the one above upserts wl_daily_tallies
+    -- too, and one statement may not touch a row twice). The agents are a set, not a sum:
+    -- those of the notes and the running attempts' today (wl_running_agents_today) that
+    -- the day has not counted yet.
     WITH notes AS (
-        DELETE FROM wl_day_notes RETURNING *
+        DELETE FROM wl_day_notes RETURNING 1
     ), agents AS (
         INSERT INTO wl_daily_agents
         SELECT DISTINCT n.day, s.domain, n.agent_id
-        FROM (SELECT day, domain, agent_id FROM notes WHERE agent_id IS NOT NULL
+        FROM (SELECT day, domain, agent_id FROM wl_day_notes WHERE agent_id IS NOT NULL
               UNION ALL
               SELECT day, domain, agent_id FROM wl_running_agents_today) AS n
         CROSS JOIN LATERAL (VALUES (n.domain), ('(all)')) AS s (domain)
@@ -667,14 +637,9 @@ BEGIN
                                        superseded, cost_cents, estimated_cents, agents)
     SELECT day, domain, sum(verified), sum(split), sum(failed), sum(abandoned),
            sum(superseded), sum(cost_cents), sum(estimated_cents), sum(agents)
-    FROM (SELECT day, domain, count(*) FILTER (WHERE outcome = 'verified') AS verified,
-                 count(*) FILTER (WHERE outcome = 'split') AS split,
-                 count(*) FILTER (WHERE outcome = 'failed') AS failed,
-                 count(*) FILTER (WHERE outcome = 'abandoned') AS abandoned,
-                 count(*) FILTER (WHERE outcome = 'superseded') AS superseded,
-                 sum(cost_cents) AS cost_cents, sum(estimated_cents) AS estimated_cents,
-                 0 AS agents
-          FROM notes GROUP BY day, domain
+    FROM (SELECT day, domain, verified, split, failed, abandoned, superseded, cost_cents,
+                 estimated_cents, 0 AS agents
+          FROM wl_pending_day_notes
           UNION ALL
           SELECT day, domain, 0, 0, 0, 0, 0, 0, 0, count(*) FROM agents GROUP BY day, domain) AS x
     GROUP BY day, domain
@@ -686,6 +651,32 @@ BEGIN
         cost_cents = t.cost_cents + excluded.cost_cents,
         estimated_cents = t.estimated_cents + excluded.estimated_cents,
         agents = t.agents + excluded.agents;
+    -- The cost notes: the model tallies, and the units new to a (key, model).
+    WITH notes AS (
+        DELETE FROM wl_cost_notes RETURNING 1
+    ), model_units AS (
+        INSERT INTO wl_model_units
+        SELECT DISTINCT fleet, domain, model, unit_id FROM wl_pending_cost_records
+        WHERE new_unit
+        ORDER BY 1, 2, 3, 4
+    )
+    INSERT INTO wl_model_tallies AS t
+    SELECT * FROM wl_pending_model_tallies
+    ORDER BY fleet, domain, model
+    ON CONFLICT ON CONSTRAINT model_tallies_key DO UPDATE
+    SET cost_cents = t.cost_cents + excluded.cost_cents,
+        estimated_cents = t.estimated_cents + excluded.estimated_cents,
+        estimated_records = t.estimated_records + excluded.estimated_records,
+        input_tokens = t.input_tokens + excluded.input_tokens,
+        input_records = t.input_records + excluded.input_records,
+        output_tokens = t.output_tokens + excluded.output_tokens,
+        output_records = t.output_records + excluded.output_records,
+        cache_read_tokens = t.cache_read_tokens + excluded.cache_read_tokens,
+        cache_read_records = t.cache_read_records + excluded.cache_read_records,
+        cache_write_tokens = t.cache_write_tokens + excluded.cache_write_tokens,
+        cache_write_records = t.cache_write_records + excluded.cache_write_records,
+        records = t.records + excluded.records,
+        units = t.units + excluded.units;
     DELETE FROM wl_disposed_links WHERE units = 0;
     IF left_keys IS NOT NULL THEN
         UPDATE wl_unit_tallies AS t
@@ -1115,41 +1106,41 @@ CREATE FUNCTION wl_keys_from_json(keys text) RETURNS text[]
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN (SELECT array_agg(DISTINCT k.value ORDER BY k.value) AS array_agg FROM jsonb_array_elements_text((wl_keys_from_json.keys)::jsonb) k(value));
 
--- function: wl_model_sums(uuid[])
--- (from 0014_keep_cost_by_model:)
--- The records of the given units (all units: null), summed per fleet, domain and model.
-CREATE FUNCTION wl_model_sums(units uuid[]) RETURNS TABLE(fleet text, domain text, model text, cost_cents bigint, estimated_cents bigint, estimated_records bigint, input_tokens bigint, input_records bigint, output_tokens bigint, output_records bigint, cache_read_tokens bigint, cache_read_records bigint, cache_write_tokens bigint, cache_write_records bigint, records bigint, units bigint)
-    LANGUAGE sql STABLE
-    AS $$
-    SELECT u.fleet, u.domain, r.model, sum(r.cost_cents)::bigint,
-           coalesce(sum(r.cost_cents) FILTER (WHERE r.estimated), 0)::bigint,
-           count(*) FILTER (WHERE r.estimated),
-           coalesce(sum(r.input_tokens), 0)::bigint, count(r.input_tokens),
-           coalesce(sum(r.output_tokens), 0)::bigint, count(r.output_tokens),
-           coalesce(sum(r.cache_read_tokens), 0)::bigint, count(r.cache_read_tokens),
-           coalesce(sum(r.cache_write_tokens), 0)::bigint, count(r.cache_write_tokens),
-           count(*), count(DISTINCT r.unit_id)
-    FROM cost_records AS r JOIN work_units AS u ON u.id = r.unit_id
-    WHERE units IS NULL OR r.unit_id = ANY (units)
-    GROUP BY u.fleet, u.domain, r.model
-$$;
-
 -- function: wl_move_unit_costs()
--- (from 0014_keep_cost_by_model:)
--- A unit moved to another fleet or domain (raw SQL: no write path does it) takes its
--- records' sums out of the old key (negated into this backend's stripe) and into the new.
+-- (from 0027_one_read_side_mechanism:)
+-- A unit moved to another fleet or domain (raw SQL: no write path does it) takes the sums
+-- of its folded records out of the old key and into the new; its records still noted are
+-- read under its new key when they fold. The fold's lock, so no fold adds notes meanwhile
+-- (a fold under way commits first, and this statement then sees what it folded).
 CREATE FUNCTION wl_move_unit_costs() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('wl_fold_read_summaries'));
     INSERT INTO wl_model_tallies AS t
-    SELECT k.fleet, k.domain, s.model, wl_tally_stripe(16),
+    SELECT k.fleet, k.domain, s.model,
            k.sign * s.cost_cents, k.sign * s.estimated_cents, k.sign * s.estimated_records,
            k.sign * s.input_tokens, k.sign * s.input_records, k.sign * s.output_tokens,
            k.sign * s.output_records, k.sign * s.cache_read_tokens,
            k.sign * s.cache_read_records, k.sign * s.cache_write_tokens,
-           k.sign * s.cache_write_records, k.sign * s.records, k.sign * s.units
-    FROM wl_model_sums(ARRAY[NEW.id]) AS s
+           k.sign * s.cache_write_records, k.sign * s.records, k.sign
+    FROM (SELECT r.model, sum(r.cost_cents)::bigint AS cost_cents,
+                 coalesce(sum(r.cost_cents) FILTER (WHERE r.estimated), 0)::bigint
+                     AS estimated_cents,
+                 count(*) FILTER (WHERE r.estimated) AS estimated_records,
+                 coalesce(sum(r.input_tokens), 0)::bigint AS input_tokens,
+                 count(r.input_tokens) AS input_records,
+                 coalesce(sum(r.output_tokens), 0)::bigint AS output_tokens,
+                 count(r.output_tokens) AS output_records,
+                 coalesce(sum(r.cache_read_tokens), 0)::bigint AS cache_read_tokens,
+                 count(r.cache_read_tokens) AS cache_read_records,
+                 coalesce(sum(r.cache_write_tokens), 0)::bigint AS cache_write_tokens,
+                 count(r.cache_write_tokens) AS cache_write_records,
+                 count(*) AS records
+          FROM cost_records AS r
+          WHERE r.unit_id = NEW.id
+            AND NOT EXISTS (SELECT 1 FROM wl_cost_notes AS n WHERE n.record_id = r.id)
+          GROUP BY r.model) AS s
     CROSS JOIN (VALUES (OLD.fleet, OLD.domain, -1), (NEW.fleet, NEW.domain, 1))
         AS k (fleet, domain, sign)
     ORDER BY k.fleet, k.domain, s.model
@@ -1305,135 +1296,6 @@ END $$;
 CREATE FUNCTION wl_read_summary_drift() RETURNS TABLE(summary text, key text, kept text, actual text)
     LANGUAGE sql STABLE
     AS $$
-    SELECT * FROM wl_read_summary_drift_0017()
-    UNION ALL
-    SELECT * FROM wl_read_summary_drift_0014() WHERE summary = 'wl_model_tallies'
-    UNION ALL
-    SELECT * FROM wl_unit_ranks_drift()
-    UNION ALL
-    SELECT * FROM wl_daily_drift()
-$$;
-
--- function: wl_read_summary_drift_0012()
--- (from 0012_keep_read_summaries:)
--- Where a tally differs from what the tables say: one row per differing key (empty when
--- every summary is exact). A full scan of the ledger, run by `work-ledger audit`.
-CREATE FUNCTION wl_read_summary_drift_0012() RETURNS TABLE(summary text, key text, kept text, actual text)
-    LANGUAGE sql STABLE
-    AS $$
-    WITH kept_units AS (
-        SELECT domain, state, disposition, sum(units)::bigint AS units,
-               sum(attempted_units)::bigint AS attempted_units,
-               sum(reworked_units)::bigint AS reworked_units, sum(attempts)::bigint AS attempts,
-               sum(cost_cents)::bigint AS cost_cents,
-               sum(units_without_evidence)::bigint AS units_without_evidence,
-               min(first_disposed_at) AS first_disposed_at, max(last_disposed_at) AS last_disposed_at
-        FROM wl_unit_tallies GROUP BY domain, state, disposition HAVING sum(units) <> 0
-            OR sum(attempts) <> 0 OR sum(cost_cents) <> 0
-    ), kept_rework AS (
-        SELECT domain, sum(superseded_attempts)::bigint AS superseded_attempts,
-               sum(released_attempts)::bigint AS released_attempts
-        FROM wl_rework_tallies GROUP BY domain
-        HAVING sum(superseded_attempts) <> 0 OR sum(released_attempts) <> 0
-    ), kept_days AS (
-        SELECT domain, day, sum(attempted_units)::bigint AS attempted_units,
-               sum(reworked_units)::bigint AS reworked_units, sum(attempts)::bigint AS attempts,
-               sum(superseded_attempts)::bigint AS superseded_attempts,
-               sum(released_attempts)::bigint AS released_attempts
-        FROM wl_rework_days GROUP BY domain, day HAVING sum(attempted_units) <> 0
-            OR sum(attempts) <> 0
-    ), kept_link_counts AS (
-        SELECT disposition, domain, sum(links)::bigint AS links
-        FROM wl_link_tallies GROUP BY disposition, domain HAVING sum(links) <> 0
-    ), actual_link_counts AS (
-        SELECT disposition, domain, count(*) AS links FROM wl_disposed_links_scan
-        GROUP BY disposition, domain
-    )
-    SELECT 'wl_unit_tallies', format('%s/%s/%s', coalesce(k.domain, a.domain),
-                                     coalesce(k.state, a.state), coalesce(k.disposition, a.disposition)),
-           (k.units, k.attempted_units, k.reworked_units, k.attempts, k.cost_cents,
-            k.units_without_evidence, k.first_disposed_at, k.last_disposed_at)::text,
-           (a.units, a.attempted_units, a.reworked_units, a.attempts, a.cost_cents,
-            a.units_without_evidence, a.first_disposed_at, a.last_disposed_at)::text
-    FROM kept_units AS k
-    FULL JOIN wl_unit_tallies_scan AS a
-           ON (a.domain, a.state) = (k.domain, k.state)
-          AND a.disposition IS NOT DISTINCT FROM k.disposition
-    WHERE (k.units, k.attempted_units, k.reworked_units, k.attempts, k.cost_cents,
-           k.units_without_evidence, k.first_disposed_at, k.last_disposed_at)
-          IS DISTINCT FROM (a.units, a.attempted_units, a.reworked_units, a.attempts, a.cost_cents,
-                            a.units_without_evidence, a.first_disposed_at, a.last_disposed_at)
-    UNION ALL
-    SELECT 'wl_rework_tallies', coalesce(k.domain, a.domain),
-           (k.superseded_attempts, k.released_attempts)::text,
-           (a.superseded_attempts, a.released_attempts)::text
-    FROM kept_rework AS k
-    FULL JOIN (SELECT * FROM wl_rework_tallies_scan
-               WHERE superseded_attempts <> 0 OR released_attempts <> 0) AS a
-           ON a.domain = k.domain
-    WHERE (k.superseded_attempts, k.released_attempts)
-          IS DISTINCT FROM (a.superseded_attempts, a.released_attempts)
-    UNION ALL
-    SELECT 'wl_rework_days', format('%s/%s', coalesce(k.domain, a.domain), coalesce(k.day, a.day)),
-           (k.attempted_units, k.reworked_units, k.attempts, k.superseded_attempts,
-            k.released_attempts)::text,
-           (a.attempted_units, a.reworked_units, a.attempts, a.superseded_attempts,
-            a.released_attempts)::text
-    FROM kept_days AS k
-    FULL JOIN wl_rework_days_scan AS a ON (a.domain, a.day) = (k.domain, k.day)
-    WHERE (k.attempted_units, k.reworked_units, k.attempts, k.superseded_attempts,
-           k.released_attempts)
-          IS DISTINCT FROM (a.attempted_units, a.reworked_units, a.attempts,
-                            a.superseded_attempts, a.released_attempts)
-    UNION ALL
-    SELECT 'wl_disposed_links',
-           format('%s/%s/%s', coalesce(k.disposition, a.disposition), coalesce(k.domain, a.domain),
-                  coalesce(k.link, a.link)),
-           k.units::text, a.units::text
-    FROM wl_disposed_links AS k
-    FULL JOIN wl_disposed_links_scan AS a
-           ON (a.disposition, a.domain, a.link) = (k.disposition, k.domain, k.link)
-    WHERE k.units IS DISTINCT FROM a.units
-    UNION ALL
-    SELECT 'wl_link_tallies', format('%s/%s', coalesce(k.disposition, a.disposition),
-                                     coalesce(k.domain, a.domain)),
-           k.links::text, a.links::text
-    FROM kept_link_counts AS k
-    FULL JOIN actual_link_counts AS a ON (a.disposition, a.domain) = (k.disposition, k.domain)
-    WHERE k.links IS DISTINCT FROM a.links
-$$;
-
--- function: wl_read_summary_drift_0014()
-CREATE FUNCTION wl_read_summary_drift_0014() RETURNS TABLE(summary text, key text, kept text, actual text)
-    LANGUAGE sql STABLE
-    AS $$
-    SELECT * FROM wl_read_summary_drift_0012()
-    UNION ALL
-    SELECT 'wl_model_tallies', format('%s/%s/%s', coalesce(k.fleet, a.fleet),
-                                      coalesce(k.domain, a.domain), coalesce(k.model, a.model)),
-           k.sums::text, a.sums::text
-    FROM (SELECT fleet, domain, model,
-                 ARRAY[sum(cost_cents), sum(estimated_cents), sum(estimated_records),
-                       sum(input_tokens), sum(input_records), sum(output_tokens),
-                       sum(output_records), sum(cache_read_tokens), sum(cache_read_records),
-                       sum(cache_write_tokens), sum(cache_write_records), sum(records),
-                       sum(units)]::bigint[] AS sums
-          FROM wl_model_tallies GROUP BY fleet, domain, model
-          HAVING sum(records) <> 0 OR sum(cost_cents) <> 0) AS k
-    FULL JOIN (SELECT fleet, domain, model,
-                      ARRAY[cost_cents, estimated_cents, estimated_records, input_tokens,
-                            input_records, output_tokens, output_records, cache_read_tokens,
-                            cache_read_records, cache_write_tokens, cache_write_records,
-                            records, units] AS sums
-               FROM wl_model_sums(NULL)) AS a
-           ON (a.fleet, a.domain) = (k.fleet, k.domain) AND a.model IS NOT DISTINCT FROM k.model
-    WHERE k.sums IS DISTINCT FROM a.sums
-$$;
-
--- function: wl_read_summary_drift_0017()
-CREATE FUNCTION wl_read_summary_drift_0017() RETURNS TABLE(summary text, key text, kept text, actual text)
-    LANGUAGE sql STABLE
-    AS $$
     WITH kept_units AS (
         SELECT domain, state, disposition, sum(units)::bigint AS units,
                sum(attempted_units)::bigint AS attempted_units,
@@ -1461,6 +1323,22 @@ CREATE FUNCTION wl_read_summary_drift_0017() RETURNS TABLE(summary text, key tex
     ), actual_link_counts AS (
         SELECT disposition, domain, count(*) AS links FROM wl_disposed_links_scan
         GROUP BY disposition, domain
+    ), kept_models AS (
+        SELECT fleet, domain, model,
+               ARRAY[sum(cost_cents), sum(estimated_cents), sum(estimated_records),
+                     sum(input_tokens), sum(input_records), sum(output_tokens),
+                     sum(output_records), sum(cache_read_tokens), sum(cache_read_records),
+                     sum(cache_write_tokens), sum(cache_write_records), sum(records),
+                     sum(units)]::bigint[] AS sums
+        FROM wl_model_tallies_now GROUP BY fleet, domain, model
+        HAVING sum(records) <> 0 OR sum(cost_cents) <> 0 OR sum(units) <> 0
+    ), actual_models AS (
+        SELECT fleet, domain, model,
+               ARRAY[cost_cents, estimated_cents, estimated_records, input_tokens,
+                     input_records, output_tokens, output_records, cache_read_tokens,
+                     cache_read_records, cache_write_tokens, cache_write_records, records,
+                     units] AS sums
+        FROM wl_model_tallies_scan
     )
     SELECT 'wl_unit_tallies', format('%s/%s/%s', coalesce(k.domain, a.domain),
                                      coalesce(k.state, a.state), coalesce(k.disposition, a.disposition)),
@@ -1514,6 +1392,18 @@ CREATE FUNCTION wl_read_summary_drift_0017() RETURNS TABLE(summary text, key tex
     FROM kept_link_counts AS k
     FULL JOIN actual_link_counts AS a ON (a.disposition, a.domain) = (k.disposition, k.domain)
     WHERE k.links IS DISTINCT FROM a.links
+    UNION ALL
+    SELECT 'wl_model_tallies', format('%s/%s/%s', coalesce(k.fleet, a.fleet),
+                                      coalesce(k.domain, a.domain), coalesce(k.model, a.model)),
+           k.sums::text, a.sums::text
+    FROM kept_models AS k
+    FULL JOIN actual_models AS a
+           ON (a.fleet, a.domain) = (k.fleet, k.domain) AND a.model IS NOT DISTINCT FROM k.model
+    WHERE k.sums IS DISTINCT FROM a.sums
+    UNION ALL
+    SELECT * FROM wl_unit_ranks_drift()
+    UNION ALL
+    SELECT * FROM wl_daily_drift()
 $$;
 
 -- function: wl_rebuild_read_summaries()
@@ -1524,14 +1414,24 @@ CREATE FUNCTION wl_rebuild_read_summaries() RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    LOCK TABLE work_units, work_unit_attempts IN SHARE MODE;
+    LOCK TABLE work_units, work_unit_attempts, cost_records IN SHARE MODE;
     PERFORM pg_advisory_xact_lock(hashtext('wl_fold_read_summaries'));
-    TRUNCATE wl_unit_changes, wl_unit_ranks;
-    PERFORM wl_rebuild_read_summaries_0014();
+    TRUNCATE wl_unit_changes, wl_day_notes, wl_cost_notes, wl_unit_tallies, wl_rework_tallies,
+             wl_rework_days, wl_disposed_links, wl_link_tallies, wl_model_tallies,
+             wl_model_units, wl_unit_ranks, wl_daily_agents;
+    INSERT INTO wl_unit_tallies SELECT * FROM wl_unit_tallies_scan;
+    INSERT INTO wl_rework_tallies SELECT * FROM wl_rework_tallies_scan;
+    INSERT INTO wl_rework_days SELECT * FROM wl_rework_days_scan;
+    INSERT INTO wl_disposed_links SELECT * FROM wl_disposed_links_scan;
+    INSERT INTO wl_link_tallies
+    SELECT disposition, domain, count(*) FROM wl_disposed_links GROUP BY disposition, domain;
+    INSERT INTO wl_model_tallies SELECT * FROM wl_model_tallies_scan;
+    INSERT INTO wl_model_units
+    SELECT DISTINCT u.fleet, u.domain, r.model, r.unit_id
+    FROM cost_records AS r JOIN work_units AS u ON u.id = r.unit_id;
     INSERT INTO wl_unit_ranks
     SELECT id, domain, external_ref, cost_cents, attempt_count FROM work_units
     WHERE cost_cents > 0 OR attempt_count > 1;
-    TRUNCATE wl_day_notes, wl_daily_agents;
     DELETE FROM wl_daily_tallies WHERE peak_live IS NULL;
     UPDATE wl_daily_tallies
     SET migrated = 0, dropped = 0, deferred = 0, dead = 0, verified = 0, split = 0, failed = 0,
@@ -1554,54 +1454,9 @@ BEGIN
         failed = excluded.failed, abandoned = excluded.abandoned,
         superseded = excluded.superseded, cost_cents = excluded.cost_cents,
         estimated_cents = excluded.estimated_cents, agents = excluded.agents;
-    ANALYZE wl_unit_ranks, wl_unit_changes, wl_daily_tallies, wl_daily_agents, wl_day_notes;
-END $$;
-
--- function: wl_rebuild_read_summaries_0012()
--- (from 0012_keep_read_summaries:)
--- Every tally from the tables, stripe 0, writers held off meanwhile (SHARE lets readers
--- on). For this migration, a bulk load with triggers off, or a repair the audit asked for.
-CREATE FUNCTION wl_rebuild_read_summaries_0012() RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    LOCK TABLE work_units, work_unit_attempts IN SHARE MODE;
-    TRUNCATE wl_unit_tallies, wl_rework_tallies, wl_rework_days, wl_disposed_links,
-             wl_link_tallies;
-    INSERT INTO wl_unit_tallies
-    SELECT domain, state, disposition, 0, units, attempted_units, reworked_units, attempts,
-           cost_cents, units_without_evidence, first_disposed_at, last_disposed_at
-    FROM wl_unit_tallies_scan;
-    INSERT INTO wl_rework_tallies
-    SELECT domain, 0, superseded_attempts, released_attempts FROM wl_rework_tallies_scan;
-    INSERT INTO wl_rework_days
-    SELECT domain, day, 0, attempted_units, reworked_units, attempts, superseded_attempts,
-           released_attempts
-    FROM wl_rework_days_scan;
-    INSERT INTO wl_disposed_links SELECT disposition, domain, link, units FROM wl_disposed_links_scan;
-    INSERT INTO wl_link_tallies
-    SELECT disposition, domain, 0, count(*) FROM wl_disposed_links GROUP BY disposition, domain;
     ANALYZE wl_unit_tallies, wl_rework_tallies, wl_rework_days, wl_disposed_links,
-            wl_link_tallies;
-END $$;
-
--- function: wl_rebuild_read_summaries_0014()
-CREATE FUNCTION wl_rebuild_read_summaries_0014() RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    PERFORM wl_rebuild_read_summaries_0012();
-    LOCK TABLE cost_records IN SHARE MODE;
-    TRUNCATE wl_model_tallies, wl_model_units;
-    INSERT INTO wl_model_tallies
-    SELECT fleet, domain, model, 0, cost_cents, estimated_cents, estimated_records,
-           input_tokens, input_records, output_tokens, output_records, cache_read_tokens,
-           cache_read_records, cache_write_tokens, cache_write_records, records, units
-    FROM wl_model_sums(NULL);
-    INSERT INTO wl_model_units
-    SELECT DISTINCT u.fleet, u.domain, r.model, r.unit_id
-    FROM cost_records AS r JOIN work_units AS u ON u.id = r.unit_id;
-    ANALYZE wl_model_tallies, wl_model_units;
+            wl_link_tallies, wl_model_tallies, wl_model_units, wl_unit_ranks, wl_unit_changes,
+            wl_daily_tallies, wl_daily_agents, wl_day_notes, wl_cost_notes;
 END $$;
 
 -- function: wl_recount_daily_domains()
@@ -1868,55 +1723,22 @@ BEGIN
 END $$;
 
 -- function: wl_tally_cost_record()
--- (from 0023_keep_the_programs_course:)
--- Cost records are append-only: 0014's row trigger, which reads the record's unit
--- anyway, notes its cents for the day too (no second plpgsql call per record).
+-- (from 0027_one_read_side_mechanism:)
+-- Cost records are append-only: the row trigger notes the record, and the day's cents for
+-- the program's course (0023). No upsert in the statement.
 CREATE FUNCTION wl_tally_cost_record() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    unit work_units;
-    new_unit integer;
 BEGIN
-    SELECT * INTO unit FROM work_units WHERE id = NEW.unit_id;
-    INSERT INTO wl_model_units VALUES (unit.fleet, unit.domain, NEW.model, NEW.unit_id)
-    ON CONFLICT ON CONSTRAINT model_units_key DO NOTHING;
-    GET DIAGNOSTICS new_unit = ROW_COUNT;
-    INSERT INTO wl_model_tallies AS t
-    VALUES (unit.fleet, unit.domain, NEW.model, wl_tally_stripe(16), NEW.cost_cents,
-            CASE WHEN NEW.estimated THEN NEW.cost_cents ELSE 0 END, NEW.estimated::integer,
-            coalesce(NEW.input_tokens, 0), (NEW.input_tokens IS NOT NULL)::integer,
-            coalesce(NEW.output_tokens, 0), (NEW.output_tokens IS NOT NULL)::integer,
-            coalesce(NEW.cache_read_tokens, 0), (NEW.cache_read_tokens IS NOT NULL)::integer,
-            coalesce(NEW.cache_write_tokens, 0), (NEW.cache_write_tokens IS NOT NULL)::integer,
-            1, new_unit)
-    ON CONFLICT ON CONSTRAINT model_tallies_key DO UPDATE
-    SET cost_cents = t.cost_cents + excluded.cost_cents,
-        estimated_cents = t.estimated_cents + excluded.estimated_cents,
-        estimated_records = t.estimated_records + excluded.estimated_records,
-        input_tokens = t.input_tokens + excluded.input_tokens,
-        input_records = t.input_records + excluded.input_records,
-        output_tokens = t.output_tokens + excluded.output_tokens,
-        output_records = t.output_records + excluded.output_records,
-        cache_read_tokens = t.cache_read_tokens + excluded.cache_read_tokens,
-        cache_read_records = t.cache_read_records + excluded.cache_read_records,
-        cache_write_tokens = t.cache_write_tokens + excluded.cache_write_tokens,
-        cache_write_records = t.cache_write_records + excluded.cache_write_records,
-        records = t.records + excluded.records,
-        units = t.units + excluded.units;
-    -- The program's course (0023): the day's cents.
+    INSERT INTO wl_cost_notes VALUES (NEW.id);
     IF NEW.cost_cents > 0 THEN
         INSERT INTO wl_day_notes (day, domain, cost_cents, estimated_cents)
-        VALUES (wl_utc_day(NEW.created_at), unit.domain, NEW.cost_cents,
-                CASE WHEN NEW.estimated THEN NEW.cost_cents ELSE 0 END);
+        SELECT wl_utc_day(NEW.created_at), u.domain, NEW.cost_cents,
+               CASE WHEN NEW.estimated THEN NEW.cost_cents ELSE 0 END
+        FROM work_units AS u WHERE u.id = NEW.unit_id;
     END IF;
     RETURN NULL;
 END $$;
-
--- function: wl_tally_stripe(integer)
-CREATE FUNCTION wl_tally_stripe(stripes integer) RETURNS smallint
-    LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN ((pg_backend_pid() % stripes))::smallint;
 
 -- function: wl_unit_ranks_drift()
 -- (from 0021_rank_only_ranked_units:)
@@ -2263,12 +2085,24 @@ CREATE VIEW v_controls WITH (security_barrier='true') AS
 -- comment: VIEW v_controls
 COMMENT ON VIEW v_controls IS 'Each controlled scope (DESIGN §13): cap, live and held units, pause, drain, gate, and its ready units.';
 
+-- table: wl_cost_notes
+-- (from 0027_one_read_side_mechanism:)
+-- A cost record's id, appended by its row trigger: no index, no key, like wl_unit_changes.
+-- The note names only the record: the fold and the pending views read the record and its
+-- unit's fleet and domain as they are then, so a unit moved by raw SQL before its notes
+-- fold takes them along (wl_move_unit_costs moves only what is folded).
+CREATE TABLE wl_cost_notes (
+    record_id bigint NOT NULL
+);
+
+-- comment: TABLE wl_cost_notes
+COMMENT ON TABLE wl_cost_notes IS 'Appended by a trigger on cost_records: the records not yet added to wl_model_tallies; deleted as the fold adds them. v_cost_by_model adds the records still here.';
+
 -- table: wl_model_tallies
 CREATE TABLE wl_model_tallies (
     fleet text NOT NULL,
     domain text NOT NULL,
     model text,
-    stripe smallint NOT NULL,
     cost_cents bigint NOT NULL,
     estimated_cents bigint NOT NULL,
     estimated_records bigint NOT NULL,
@@ -2283,6 +2117,100 @@ CREATE TABLE wl_model_tallies (
     records bigint NOT NULL,
     units bigint NOT NULL
 );
+
+-- table: wl_model_units
+-- (from 0014_keep_cost_by_model:)
+-- Which units have a record of each model, per fleet and domain: a unit counts once.
+CREATE TABLE wl_model_units (
+    fleet text NOT NULL,
+    domain text NOT NULL,
+    model text,
+    unit_id uuid NOT NULL
+);
+
+-- view: wl_pending_cost_records
+-- (from 0027_one_read_side_mechanism:)
+-- Each noted record with its unit's key, and whether its (key, model, unit) is new to
+-- wl_model_units (then the unit counts once for that key and model).
+CREATE VIEW wl_pending_cost_records AS
+ SELECT u.fleet,
+    u.domain,
+    r.model,
+    r.unit_id,
+    r.cost_cents,
+    r.estimated,
+    r.input_tokens,
+    r.output_tokens,
+    r.cache_read_tokens,
+    r.cache_write_tokens,
+    (NOT (EXISTS ( SELECT 1
+           FROM wl_model_units m
+          WHERE (((m.fleet = u.fleet) AND (m.domain = u.domain) AND (m.unit_id = r.unit_id)) AND (NOT (m.model IS DISTINCT FROM r.model)))))) AS new_unit
+   FROM ((wl_cost_notes n
+     JOIN cost_records r ON ((r.id = n.record_id)))
+     JOIN work_units u ON ((u.id = r.unit_id)));
+
+-- view: wl_pending_model_tallies
+-- (from 0027_one_read_side_mechanism:)
+-- What the notes add to each model tally, in its columns (token sums with how many records
+-- carried each class, so a sum stays null where every record left it null).
+CREATE VIEW wl_pending_model_tallies AS
+ SELECT fleet,
+    domain,
+    model,
+    (sum(cost_cents))::bigint AS cost_cents,
+    (COALESCE(sum(cost_cents) FILTER (WHERE estimated), (0)::numeric))::bigint AS estimated_cents,
+    count(*) FILTER (WHERE estimated) AS estimated_records,
+    (COALESCE(sum(input_tokens), (0)::numeric))::bigint AS input_tokens,
+    count(input_tokens) AS input_records,
+    (COALESCE(sum(output_tokens), (0)::numeric))::bigint AS output_tokens,
+    count(output_tokens) AS output_records,
+    (COALESCE(sum(cache_read_tokens), (0)::numeric))::bigint AS cache_read_tokens,
+    count(cache_read_tokens) AS cache_read_records,
+    (COALESCE(sum(cache_write_tokens), (0)::numeric))::bigint AS cache_write_tokens,
+    count(cache_write_tokens) AS cache_write_records,
+    count(*) AS records,
+    count(DISTINCT unit_id) FILTER (WHERE new_unit) AS units
+   FROM wl_pending_cost_records
+  GROUP BY fleet, domain, model;
+
+-- view: wl_model_tallies_now
+CREATE VIEW wl_model_tallies_now AS
+ SELECT wl_model_tallies.fleet,
+    wl_model_tallies.domain,
+    wl_model_tallies.model,
+    wl_model_tallies.cost_cents,
+    wl_model_tallies.estimated_cents,
+    wl_model_tallies.estimated_records,
+    wl_model_tallies.input_tokens,
+    wl_model_tallies.input_records,
+    wl_model_tallies.output_tokens,
+    wl_model_tallies.output_records,
+    wl_model_tallies.cache_read_tokens,
+    wl_model_tallies.cache_read_records,
+    wl_model_tallies.cache_write_tokens,
+    wl_model_tallies.cache_write_records,
+    wl_model_tallies.records,
+    wl_model_tallies.units
+   FROM wl_model_tallies
+UNION ALL
+ SELECT wl_pending_model_tallies.fleet,
+    wl_pending_model_tallies.domain,
+    wl_pending_model_tallies.model,
+    wl_pending_model_tallies.cost_cents,
+    wl_pending_model_tallies.estimated_cents,
+    wl_pending_model_tallies.estimated_records,
+    wl_pending_model_tallies.input_tokens,
+    wl_pending_model_tallies.input_records,
+    wl_pending_model_tallies.output_tokens,
+    wl_pending_model_tallies.output_records,
+    wl_pending_model_tallies.cache_read_tokens,
+    wl_pending_model_tallies.cache_read_records,
+    wl_pending_model_tallies.cache_write_tokens,
+    wl_pending_model_tallies.cache_write_records,
+    wl_pending_model_tallies.records,
+    wl_pending_model_tallies.units
+   FROM wl_pending_model_tallies;
 
 -- view: v_cost_by_model
 CREATE VIEW v_cost_by_model WITH (security_barrier='true') AS
@@ -2312,13 +2240,13 @@ CREATE VIEW v_cost_by_model WITH (security_barrier='true') AS
         END AS cache_write_tokens,
     (sum(units))::bigint AS units,
     (sum(records))::bigint AS records
-   FROM wl_model_tallies
+   FROM wl_model_tallies_now
   GROUP BY fleet, domain, model
  HAVING (sum(records) <> (0)::numeric)
   ORDER BY fleet, domain, model NULLS FIRST;
 
 -- comment: VIEW v_cost_by_model
-COMMENT ON VIEW v_cost_by_model IS 'Cost records summed per fleet, domain and model (null: recorded without one): cents, the estimated part of them, each token class, and how many units and records. Read from wl_model_tallies, kept by trigger as each record is written.';
+COMMENT ON VIEW v_cost_by_model IS 'Cost records summed per fleet, domain and model (null: recorded without one): cents, the estimated part of them, each token class, and how many units and records. Read from wl_model_tallies (folded) plus the records noted since (wl_cost_notes).';
 
 -- table: work_unit_attempts
 CREATE TABLE work_unit_attempts (
@@ -2371,13 +2299,13 @@ CREATE VIEW wl_pending_sides AS
   WHERE (s.domain IS NOT NULL);
 
 -- view: wl_pending_unit_tallies
--- (from 0017_fold_read_summaries:)
+-- (from 0027_one_read_side_mechanism:)
 -- What the change rows not yet folded add to each tally, in the tallies' own columns.
+-- The fold adds exactly these, read in its own snapshot: the one place the sums are written.
 CREATE VIEW wl_pending_unit_tallies AS
  SELECT domain,
     state,
     disposition,
-    (0)::smallint AS stripe,
     sum(sign) AS units,
     sum((sign * ((attempts > 0))::integer)) AS attempted_units,
     sum((sign * ((attempts > 1))::integer)) AS reworked_units,
@@ -2398,7 +2326,6 @@ CREATE TABLE wl_unit_tallies (
     domain text NOT NULL,
     state work_state NOT NULL,
     disposition work_disposition,
-    stripe smallint NOT NULL,
     units bigint NOT NULL,
     attempted_units bigint NOT NULL,
     reworked_units bigint NOT NULL,
@@ -2410,16 +2337,15 @@ CREATE TABLE wl_unit_tallies (
 );
 
 -- comment: TABLE wl_unit_tallies
-COMMENT ON TABLE wl_unit_tallies IS 'Kept by trigger: what the units of each (domain, state, disposition) add up to, spread over stripes. Read through v_queue_depth, v_cost_per_unit, v_rework, v_disposition_summary.';
+COMMENT ON TABLE wl_unit_tallies IS 'What the units of each (domain, state, disposition) add up to, as of the last fold (wl_fold_read_summaries()). Read through wl_unit_tallies_now (folded plus pending) by v_queue_depth, v_cost_per_unit, v_rework, v_disposition_summary.';
 
 -- view: wl_unit_tallies_now
--- (from 0017_fold_read_summaries:)
+-- (from 0027_one_read_side_mechanism:)
 -- The tallies as the tables say now: folded plus pending. Every view below reads these.
 CREATE VIEW wl_unit_tallies_now AS
  SELECT wl_unit_tallies.domain,
     wl_unit_tallies.state,
     wl_unit_tallies.disposition,
-    wl_unit_tallies.stripe,
     wl_unit_tallies.units,
     wl_unit_tallies.attempted_units,
     wl_unit_tallies.reworked_units,
@@ -2433,7 +2359,6 @@ UNION ALL
  SELECT wl_pending_unit_tallies.domain,
     wl_pending_unit_tallies.state,
     wl_pending_unit_tallies.disposition,
-    wl_pending_unit_tallies.stripe,
     wl_pending_unit_tallies.units,
     wl_pending_unit_tallies.attempted_units,
     wl_pending_unit_tallies.reworked_units,
@@ -2621,6 +2546,23 @@ CREATE VIEW wl_pending_daily_disposed AS
   WHERE ((disposition IS NOT NULL) AND (disposed_at IS NOT NULL))
   GROUP BY (wl_utc_day(disposed_at)), domain;
 
+-- view: wl_pending_day_notes
+-- (from 0027_one_read_side_mechanism:)
+-- The day notes' sums (0023's wl_pending_daily_tallies wrote them inline), so that the
+-- fold adds the same ones.
+CREATE VIEW wl_pending_day_notes AS
+ SELECT day,
+    domain,
+    count(*) FILTER (WHERE (outcome = 'verified'::attempt_outcome)) AS verified,
+    count(*) FILTER (WHERE (outcome = 'split'::attempt_outcome)) AS split,
+    count(*) FILTER (WHERE (outcome = 'failed'::attempt_outcome)) AS failed,
+    count(*) FILTER (WHERE (outcome = 'abandoned'::attempt_outcome)) AS abandoned,
+    count(*) FILTER (WHERE (outcome = 'superseded'::attempt_outcome)) AS superseded,
+    (sum(cost_cents))::bigint AS cost_cents,
+    (sum(estimated_cents))::bigint AS estimated_cents
+   FROM wl_day_notes
+  GROUP BY day, domain;
+
 -- view: wl_pending_live_steps
 -- (from 0023_keep_the_programs_course:)
 -- The live count's steps not yet folded: per change row and domain (and '(all)'), how it
@@ -2705,23 +2647,22 @@ CREATE VIEW wl_pending_daily_tallies AS
     NULL::bigint AS peak_live
    FROM wl_pending_daily_disposed
 UNION ALL
- SELECT wl_day_notes.day,
-    wl_day_notes.domain,
+ SELECT wl_pending_day_notes.day,
+    wl_pending_day_notes.domain,
     0 AS migrated,
     0 AS dropped,
     0 AS deferred,
     0 AS dead,
-    count(*) FILTER (WHERE (wl_day_notes.outcome = 'verified'::attempt_outcome)) AS verified,
-    count(*) FILTER (WHERE (wl_day_notes.outcome = 'split'::attempt_outcome)) AS split,
-    count(*) FILTER (WHERE (wl_day_notes.outcome = 'failed'::attempt_outcome)) AS failed,
-    count(*) FILTER (WHERE (wl_day_notes.outcome = 'abandoned'::attempt_outcome)) AS abandoned,
-    count(*) FILTER (WHERE (wl_day_notes.outcome = 'superseded'::attempt_outcome)) AS superseded,
-    (sum(wl_day_notes.cost_cents))::bigint AS cost_cents,
-    (sum(wl_day_notes.estimated_cents))::bigint AS estimated_cents,
+    wl_pending_day_notes.verified,
+    wl_pending_day_notes.split,
+    wl_pending_day_notes.failed,
+    wl_pending_day_notes.abandoned,
+    wl_pending_day_notes.superseded,
+    wl_pending_day_notes.cost_cents,
+    wl_pending_day_notes.estimated_cents,
     0 AS agents,
     NULL::bigint AS peak_live
-   FROM wl_day_notes
-  GROUP BY wl_day_notes.day, wl_day_notes.domain
+   FROM wl_pending_day_notes
 UNION ALL
  SELECT wl_pending_daily_agents.day,
     wl_pending_daily_agents.domain,
@@ -2890,7 +2831,6 @@ CREATE TABLE wl_disposed_links (
 CREATE TABLE wl_link_tallies (
     disposition work_disposition NOT NULL,
     domain text NOT NULL,
-    stripe smallint NOT NULL,
     links bigint NOT NULL
 );
 
@@ -2910,13 +2850,13 @@ CREATE VIEW wl_pending_links AS
  HAVING (sum(s.sign) <> 0);
 
 -- view: wl_pending_link_tallies
--- (from 0017_fold_read_summaries:)
+-- (from 0027_one_read_side_mechanism:)
 -- How the count of distinct links moves: a link new to its key adds one, a link whose
--- units come to 0 takes one away.
+-- units come to 0 takes one away (wl_disposed_links as the reader's, or the fold's,
+-- snapshot has it: before the fold's own upsert of the same links).
 CREATE VIEW wl_pending_link_tallies AS
  SELECT p.disposition,
     p.domain,
-    (0)::smallint AS stripe,
     sum(
         CASE
             WHEN ((COALESCE(l.units, (0)::bigint) = 0) AND (p.delta > 0)) THEN 1
@@ -2931,13 +2871,11 @@ CREATE VIEW wl_pending_link_tallies AS
 CREATE VIEW wl_link_tallies_now AS
  SELECT wl_link_tallies.disposition,
     wl_link_tallies.domain,
-    wl_link_tallies.stripe,
     wl_link_tallies.links
    FROM wl_link_tallies
 UNION ALL
  SELECT wl_pending_link_tallies.disposition,
     wl_pending_link_tallies.domain,
-    wl_pending_link_tallies.stripe,
     wl_pending_link_tallies.links
    FROM wl_pending_link_tallies;
 
@@ -3326,24 +3264,9 @@ CREATE VIEW v_question_wait WITH (security_barrier='true') AS
 COMMENT ON VIEW v_question_wait IS 'How long units wait on people. Per assignee group (scope group, domain (all)), per domain of the unit (scope domain, assignee_group_slug (all)) and over everything (scope total, always present): open questions (= blocked units), how many are not routed to the human queue yet, the oldest open one''s age (0 when none is open) and the median open age; answered questions and the time from asking to answer, p50 and p90 (seconds).';
 
 -- view: v_queue_depth
--- (from 0026_show_controls_in_queue_depth:)
--- Two things of the flow controls (issue 38): the queue's view shows them, and a gate is
--- kept as the object its check reads (at the end).
---
--- v_queue_depth shows each domain's live units against its cap and which scopes are
--- paused (issue 38, read side), so the one view a dashboard polls answers "why is this
--- queue not moving?" without a second query. The new columns come last: a view may only
--- gain columns at its end.
---
--- - live: claimed + in_progress, the count a cap limits (DESIGN §13, Held and live).
--- - max_live: the lowest cap set on this domain (of any fleet's fleet-and-domain control);
---   null when none. The total row's is null: fleet-wide caps are per fleet, in v_controls.
--- - paused: the paused scopes a row names, as 'fleet/domain' (or 'fleet' for a whole
---   fleet): a domain row lists the pauses set on that domain, the total row every pause.
---   The tallies keep no fleet, so a fleet-wide pause shows on the total row, not on the
---   rows of its domains (v_held_back lists the units each pause holds back).
--- The controls table has a row per controlled scope, a handful: joining it keeps the view
--- on its summaries (≤ 100 ms at 1,000,000 units).
+-- (from 0027_one_read_side_mechanism:)
+-- ---------------------------------------------------------------------------------------
+-- The views dropped above, as 0017, 0023 and 0026 defined them (the same columns).
 CREATE VIEW v_queue_depth WITH (security_barrier='true') AS
  WITH depth AS (
          SELECT
@@ -3399,7 +3322,6 @@ COMMENT ON VIEW v_queue_depth IS 'How many units are in each state, per domain (
 CREATE VIEW wl_pending_rework_days AS
  SELECT domain,
     date_trunc('day'::text, disposed_at, 'UTC'::text) AS day,
-    (0)::smallint AS stripe,
     sum(sign) AS attempted_units,
     sum((sign * ((attempts > 1))::integer)) AS reworked_units,
     sum((sign * attempts)) AS attempts,
@@ -3412,12 +3334,12 @@ CREATE VIEW wl_pending_rework_days AS
 -- view: wl_pending_rework_tallies
 CREATE VIEW wl_pending_rework_tallies AS
  SELECT domain,
-    (0)::smallint AS stripe,
     (sum((sign * superseded)))::bigint AS superseded_attempts,
     (sum((sign * released)))::bigint AS released_attempts
    FROM wl_pending_sides
   WHERE (attempts > 1)
-  GROUP BY domain;
+  GROUP BY domain
+ HAVING ((sum((sign * superseded)) <> (0)::numeric) OR (sum((sign * released)) <> (0)::numeric));
 
 -- table: wl_rework_days
 -- (from 0012_keep_read_summaries:)
@@ -3425,7 +3347,6 @@ CREATE VIEW wl_pending_rework_tallies AS
 CREATE TABLE wl_rework_days (
     domain text NOT NULL,
     day timestamp with time zone NOT NULL,
-    stripe smallint NOT NULL,
     attempted_units bigint NOT NULL,
     reworked_units bigint NOT NULL,
     attempts bigint NOT NULL,
@@ -3437,7 +3358,6 @@ CREATE TABLE wl_rework_days (
 CREATE VIEW wl_rework_days_now AS
  SELECT wl_rework_days.domain,
     wl_rework_days.day,
-    wl_rework_days.stripe,
     wl_rework_days.attempted_units,
     wl_rework_days.reworked_units,
     wl_rework_days.attempts,
@@ -3447,7 +3367,6 @@ CREATE VIEW wl_rework_days_now AS
 UNION ALL
  SELECT wl_pending_rework_days.domain,
     wl_pending_rework_days.day,
-    wl_pending_rework_days.stripe,
     wl_pending_rework_days.attempted_units,
     wl_pending_rework_days.reworked_units,
     wl_pending_rework_days.attempts,
@@ -3460,7 +3379,6 @@ UNION ALL
 -- Per domain: the earlier attempts (those a later attempt followed) by how they ended.
 CREATE TABLE wl_rework_tallies (
     domain text NOT NULL,
-    stripe smallint NOT NULL,
     superseded_attempts bigint NOT NULL,
     released_attempts bigint NOT NULL
 );
@@ -3468,13 +3386,11 @@ CREATE TABLE wl_rework_tallies (
 -- view: wl_rework_tallies_now
 CREATE VIEW wl_rework_tallies_now AS
  SELECT wl_rework_tallies.domain,
-    wl_rework_tallies.stripe,
     wl_rework_tallies.superseded_attempts,
     wl_rework_tallies.released_attempts
    FROM wl_rework_tallies
 UNION ALL
  SELECT wl_pending_rework_tallies.domain,
-    wl_pending_rework_tallies.stripe,
     wl_pending_rework_tallies.superseded_attempts,
     wl_pending_rework_tallies.released_attempts
    FROM wl_pending_rework_tallies;
@@ -3748,15 +3664,30 @@ CREATE TABLE wl_idempotency_keys (
     CONSTRAINT idempotency_key_bounded CHECK (((length(key) >= 1) AND (length(key) <= 255)))
 );
 
--- table: wl_model_units
--- (from 0014_keep_cost_by_model:)
--- Which units have a record of each model, per fleet and domain: a unit counts once.
-CREATE TABLE wl_model_units (
-    fleet text NOT NULL,
-    domain text NOT NULL,
-    model text,
-    unit_id uuid NOT NULL
-);
+-- view: wl_model_tallies_scan
+-- (from 0027_one_read_side_mechanism:)
+-- The same sums from every cost record: what the rebuild writes and the audit compares
+-- (a full scan; 0014's wl_model_sums(NULL)).
+CREATE VIEW wl_model_tallies_scan AS
+ SELECT u.fleet,
+    u.domain,
+    r.model,
+    (sum(r.cost_cents))::bigint AS cost_cents,
+    (COALESCE(sum(r.cost_cents) FILTER (WHERE r.estimated), (0)::numeric))::bigint AS estimated_cents,
+    count(*) FILTER (WHERE r.estimated) AS estimated_records,
+    (COALESCE(sum(r.input_tokens), (0)::numeric))::bigint AS input_tokens,
+    count(r.input_tokens) AS input_records,
+    (COALESCE(sum(r.output_tokens), (0)::numeric))::bigint AS output_tokens,
+    count(r.output_tokens) AS output_records,
+    (COALESCE(sum(r.cache_read_tokens), (0)::numeric))::bigint AS cache_read_tokens,
+    count(r.cache_read_tokens) AS cache_read_records,
+    (COALESCE(sum(r.cache_write_tokens), (0)::numeric))::bigint AS cache_write_tokens,
+    count(r.cache_write_tokens) AS cache_write_records,
+    count(*) AS records,
+    count(DISTINCT r.unit_id) AS units
+   FROM (cost_records r
+     JOIN work_units u ON ((u.id = r.unit_id)))
+  GROUP BY u.fleet, u.domain, r.model;
 
 -- view: wl_unit_earlier_attempts
 CREATE VIEW wl_unit_earlier_attempts AS
@@ -3950,11 +3881,11 @@ ALTER TABLE ONLY held_keys
 
 -- constraint: wl_link_tallies link_tallies_key
 ALTER TABLE ONLY wl_link_tallies
-    ADD CONSTRAINT link_tallies_key PRIMARY KEY (disposition, domain, stripe);
+    ADD CONSTRAINT link_tallies_key PRIMARY KEY (disposition, domain);
 
 -- constraint: wl_model_tallies model_tallies_key
 ALTER TABLE ONLY wl_model_tallies
-    ADD CONSTRAINT model_tallies_key UNIQUE NULLS NOT DISTINCT (fleet, domain, model, stripe);
+    ADD CONSTRAINT model_tallies_key UNIQUE NULLS NOT DISTINCT (fleet, domain, model);
 
 -- constraint: wl_model_units model_units_key
 ALTER TABLE ONLY wl_model_units
@@ -3966,11 +3897,11 @@ ALTER TABLE ONLY unit_requirements
 
 -- constraint: wl_rework_days rework_days_key
 ALTER TABLE ONLY wl_rework_days
-    ADD CONSTRAINT rework_days_key PRIMARY KEY (domain, day, stripe);
+    ADD CONSTRAINT rework_days_key PRIMARY KEY (domain, day);
 
 -- constraint: wl_rework_tallies rework_tallies_key
 ALTER TABLE ONLY wl_rework_tallies
-    ADD CONSTRAINT rework_tallies_key PRIMARY KEY (domain, stripe);
+    ADD CONSTRAINT rework_tallies_key PRIMARY KEY (domain);
 
 -- constraint: scope_spend scope_spend_key
 ALTER TABLE ONLY scope_spend
@@ -3994,7 +3925,7 @@ ALTER TABLE ONLY work_units
 
 -- constraint: wl_unit_tallies unit_tallies_key
 ALTER TABLE ONLY wl_unit_tallies
-    ADD CONSTRAINT unit_tallies_key UNIQUE NULLS NOT DISTINCT (domain, state, disposition, stripe);
+    ADD CONSTRAINT unit_tallies_key UNIQUE NULLS NOT DISTINCT (domain, state, disposition);
 
 -- constraint: work_units unit_workflow_id_unique
 ALTER TABLE ONLY work_units
@@ -4464,23 +4395,8 @@ REVOKE ALL ON FUNCTION wl_grant_views(role_name text, views text[]) FROM PUBLIC;
 -- acl: FUNCTION wl_read_summary_drift()
 REVOKE ALL ON FUNCTION wl_read_summary_drift() FROM PUBLIC;
 
--- acl: FUNCTION wl_read_summary_drift_0012()
-REVOKE ALL ON FUNCTION wl_read_summary_drift_0012() FROM PUBLIC;
-
--- acl: FUNCTION wl_read_summary_drift_0014()
-REVOKE ALL ON FUNCTION wl_read_summary_drift_0014() FROM PUBLIC;
-
--- acl: FUNCTION wl_read_summary_drift_0017()
-REVOKE ALL ON FUNCTION wl_read_summary_drift_0017() FROM PUBLIC;
-
 -- acl: FUNCTION wl_rebuild_read_summaries()
 REVOKE ALL ON FUNCTION wl_rebuild_read_summaries() FROM PUBLIC;
-
--- acl: FUNCTION wl_rebuild_read_summaries_0012()
-REVOKE ALL ON FUNCTION wl_rebuild_read_summaries_0012() FROM PUBLIC;
-
--- acl: FUNCTION wl_rebuild_read_summaries_0014()
-REVOKE ALL ON FUNCTION wl_rebuild_read_summaries_0014() FROM PUBLIC;
 
 -- acl: FUNCTION wl_seal_database()
 REVOKE ALL ON FUNCTION wl_seal_database() FROM PUBLIC;
