@@ -90,8 +90,9 @@ ORDER BY ord;
 -- The budgets are asked once, of the oldest ready unit this statement could lock (`head`),
 -- after locking it: a filter in the scan would ask them of every unit that SKIP LOCKED
 -- then skips, one per claim in flight. Only when the head's scope is closed does a second
--- scan ask each candidate (`past_closed`: a function, so that this statement's generic plan
--- is kept, 0025 says why), and the head stays locked until this commits.
+-- scan look past it (`past_closed`: a function, so that this statement's generic plan is
+-- kept, 0025 says why), asking each scope once, not each unit (0028). The head stays
+-- locked until this commits.
 -- Flow controls (0022) are asked the same way: a paused or capped scope
 -- (wl_closed_controls) or a key another unit holds (wl_held_keys_of) skips the unit, from
 -- this statement's snapshot. The admission trigger decides exactly, and a claim that lost
@@ -121,7 +122,7 @@ WITH full_claim AS (
       AND NOT EXISTS (SELECT FROM wl_closed_controls(h.fleet, h.domain))
       AND (h.exclusive IS NULL OR NOT EXISTS (SELECT FROM wl_held_keys_of(h.exclusive)))
 ), past_closed AS (
-    -- The head's scope is closed: the oldest open unit past it (wl_next_open_unit, 0025).
+    -- The head's scope is closed: the oldest open unit past it (wl_next_open_unit, 0028).
     SELECT wl_next_open_unit($2) AS id
     WHERE EXISTS (SELECT 1 FROM head) AND NOT EXISTS (SELECT 1 FROM head_open)
 ), claimed AS (
@@ -186,25 +187,13 @@ WITH held AS (
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
 ), fresh AS (
+    -- The oldest ready unit of an open scope with its keys free, locked
+    -- (wl_next_open_unit, 0028: it skips a closed scope without reading its units), asked
+    -- only when nothing is held or lapsed.
     SELECT id, state, claimed_by FROM work_units
-    WHERE $4::uuid IS NULL AND $2::text IS NULL AND state = 'ready'
-      AND NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM lapsed)
-      AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
-      AND NOT EXISTS (SELECT FROM wl_closed_controls(fleet, domain))
-      AND (exclusive IS NULL OR NOT EXISTS (SELECT FROM wl_held_keys_of(exclusive)))
-    ORDER BY created_at, id
-    LIMIT 1
-    FOR NO KEY UPDATE SKIP LOCKED
-), fresh_in_domain AS (
-    SELECT id, state, claimed_by FROM work_units
-    WHERE $4::uuid IS NULL AND $2::text IS NOT NULL AND domain = $2 AND state = 'ready'
-      AND NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM lapsed)
-      AND NOT EXISTS (SELECT FROM wl_spent_budgets(fleet, domain))
-      AND NOT EXISTS (SELECT FROM wl_closed_controls(fleet, domain))
-      AND (exclusive IS NULL OR NOT EXISTS (SELECT FROM wl_held_keys_of(exclusive)))
-    ORDER BY domain, created_at, id
-    LIMIT 1
-    FOR NO KEY UPDATE SKIP LOCKED
+    WHERE id = (SELECT wl_next_open_unit($2)
+                WHERE $4::uuid IS NULL AND NOT EXISTS (SELECT 1 FROM held)
+                  AND NOT EXISTS (SELECT 1 FROM lapsed))
 ), park_named AS (
     SELECT id, state, claimed_by FROM work_units
     WHERE id = $4 AND lease_expires_at < now() AND failed_attempts + 1 >= attempts_allowed
@@ -249,7 +238,6 @@ WITH held AS (
     SELECT * FROM named
     UNION ALL SELECT * FROM lapsed
     UNION ALL SELECT * FROM fresh
-    UNION ALL SELECT * FROM fresh_in_domain
 ), claimed AS (
     UPDATE work_units AS u
     SET state = 'claimed', claimed_by = $1, attempt_count = u.attempt_count + 1,

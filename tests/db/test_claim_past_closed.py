@@ -1,0 +1,78 @@
+"""Pull-next skips a closed scope without reading its units (migration 0028).
+
+A paused, capped or spent scope ahead in the queue costs a claim one probe per scope, not
+a read of every ready unit it holds. Counted with PostgreSQL's own per-transaction
+statistics: the entries that the claim's index scans of work_units returned in its
+transaction (pg_stat_get_xact_tuples_returned of each index), whichever statement or
+function ran them.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from work_ledger.db.queries import QUERIES
+
+AHEAD = 2_000  # ready units of closed scopes, registered before the open ones
+
+
+async def _seed(raw: asyncpg.Connection, closing: str) -> None:
+    """AHEAD units of fleet `closed` (domain `orders`), then 3 of fleet `open`, and what
+    closes `closed`: a pause, a cap it has reached, or a spent budget."""
+    await raw.execute(
+        "INSERT INTO work_units (external_ref, fleet, domain, created_at)"
+        " SELECT 'closed-' || g, 'closed', 'orders', now() - interval '1 day' + g * interval '1 ms'"
+        " FROM generate_series(1, $1) AS g",
+        AHEAD,
+    )
+    await raw.execute(
+        "INSERT INTO work_units (external_ref, fleet, domain)"
+        " SELECT 'open-' || g, 'open', 'orders' FROM generate_series(1, 3) AS g"
+    )
+    if closing == "paused":
+        await raw.execute(
+            "INSERT INTO controls (fleet, paused, paused_since, pause_reason, reason, updated_by)"
+            " VALUES ('closed', true, now(), 'weekend', 'weekend', 'op')"
+        )
+    elif closing == "capped":
+        await raw.execute(
+            "INSERT INTO controls (fleet, max_live, reason, updated_by)"
+            " VALUES ('closed', 0, 'ramp', 'op')"
+        )
+    else:
+        await raw.execute(
+            "INSERT INTO budgets (fleet, cap_cents, updated_by) VALUES ('closed', 0, 'op')"
+        )
+    await raw.execute("ANALYZE work_units")
+
+
+async def _claim_reads(
+    raw: asyncpg.Connection, statement: str, domain: str | None
+) -> tuple[str, int]:
+    """(external_ref claimed, entries its index scans of work_units returned) for one claim."""
+    args = (domain, 60) if statement == "claim_next_unit" else (domain, 60, None)
+    async with raw.transaction():
+        row = await raw.fetchrow(QUERIES[statement], "agent-1", *args)
+        read = await raw.fetchval(
+            "SELECT sum(pg_stat_get_xact_tuples_returned(indexrelid))::int FROM pg_index"
+            " WHERE indrelid = 'work_units'::regclass"
+        )
+    assert row is not None
+    assert row["unit"] is not None, "nothing was claimed"
+    return row["unit"]["external_ref"], read
+
+
+@pytest.mark.parametrize("closing", ["paused", "capped", "spent"])
+@pytest.mark.parametrize("domain", [None, "orders"])
+@pytest.mark.parametrize("statement", ["claim_next_unit", "claim_unit"])
+async def test_a_claim_past_a_closed_scope_reads_its_scopes_not_their_units(
+    raw: asyncpg.Connection, closing: str, domain: str | None, statement: str
+) -> None:
+    await _seed(raw, closing)
+    claimed, read = await _claim_reads(raw, statement, domain)
+    assert claimed == "open-1", "the oldest unit of the open scope is claimed"
+    assert read < 50, (
+        f"a claim past {AHEAD} units of a {closing} scope read {read} index entries: "
+        "it read the closed scope's units"
+    )
