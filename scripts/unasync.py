@@ -1,9 +1,10 @@
 """Generate the sync SDK from the async one: `uv run python scripts/unasync.py [--check]`.
 
-The async client is the source (`client/aio.py`, `client/aio_work.py`); the sync client
-(`client/sync.py`, `client/work.py`) is the same code with `async`/`await` taken out and
-the names below swapped, as httpcore does. The generated files are checked in, marked as
-generated, and formatted with ruff (import order and line joins change once `async` goes).
+The async client is the source (`client/aio.py`, `client/aio_reads.py`,
+`client/aio_work.py`); the sync client (`client/sync.py`, `client/reads.py`,
+`client/work.py`) is the same code with `async`/`await` taken out and the names below
+swapped, as httpcore does. The generated files are checked in, marked as generated, and
+formatted with ruff (import order and line joins change once `async` goes).
 `--check` writes nothing and exits 1 when a checked-in file differs from what this script
 makes; `tests/client/test_unasync.py` runs it, so `uv run pytest` catches a hand edit or a
 source changed without regenerating.
@@ -24,11 +25,14 @@ CLIENT = Path("src/work_ledger/client")
 FILES = (
     (CLIENT / "aio.py", CLIENT / "sync.py"),
     (CLIENT / "aio_work.py", CLIENT / "work.py"),
+    (CLIENT / "aio_reads.py", CLIENT / "reads.py"),
 )
 # Whole-word substitutions, in order. The only part written twice by hand is the
 # background heartbeat (a task, a thread): `_aio_heartbeat.py` and `_heartbeat.py`.
 SUBS = (
     (r"work_ledger\.client\.aio_work", "work_ledger.client.work"),
+    (r"work_ledger\.client\.aio_reads", "work_ledger.client.reads"),
+    (r"AsyncReads", "Reads"),
     (r"work_ledger\.client\._aio_heartbeat", "work_ledger.client._heartbeat"),
     (r"AsyncHeartbeat", "Heartbeat"),
     (r"AsyncClaiming", "Claiming"),

@@ -31,10 +31,10 @@ def test_a_hand_edit_of_a_generated_file_is_caught(tmp_path: Path) -> None:
     """A copy whose sync.py was edited by hand fails the check, naming the file and the fix."""
     shutil.copytree(ROOT / CLIENT, tmp_path / CLIENT)
     edited = tmp_path / CLIENT / "sync.py"
-    edited.write_text(edited.read_text().replace("def healthz(", "def health_check("))
+    edited.write_text(edited.read_text().replace("def claim_work(", "def take_work("))
     done = check(tmp_path)
     assert done.returncode == 1
-    assert "-    def health_check(" in done.stdout
+    assert "-    def take_work(" in done.stdout
     assert "src/work_ledger/client/sync.py differ" in done.stderr
     assert "uv run python scripts/unasync.py" in done.stderr
 

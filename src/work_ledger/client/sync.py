@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 import httpx
@@ -24,29 +24,27 @@ import httpx
 from work_ledger.client import _calls as calls
 from work_ledger.client._endpoints import Endpoints, refuse_token_in_clear, tls_verify
 from work_ledger.client._sending import Call, Sending, default_url, headers
-from work_ledger.client.flow import Control, ControlEvent
+from work_ledger.client.flow import Control
 from work_ledger.client.models import (
     Asked,
     BulkResult,
     Claim,
-    Event,
     NewChild,
     NewUnit,
-    Page,
     Question,
     Registration,
     Split,
     Step,
     Unit,
-    UnitDetail,
 )
 from work_ledger.client.money import Budget, CostRecord
+from work_ledger.client.reads import Reads
 from work_ledger.client.work import Claiming, Work
 
 T = TypeVar("T")
 
 
-class Client:
+class Client(Reads):
     """A typed client of the work-ledger HTTP API (safe to share between tasks and threads).
 
     `url` and `token` default to WL_URL and WL_TOKEN; `url` may list several replicas'
@@ -331,69 +329,6 @@ class Client:
         self, events: list[Mapping[str, Any]], *, key: str | None = None
     ) -> dict[str, Any]:
         return self.send(calls.project_events(events, key))
-
-    # -- reads ---------------------------------------------------------------------------
-
-    def get_unit(self, unit: str) -> UnitDetail:
-        return self.send(calls.get_unit(unit))
-
-    def list_units(self, **query: Any) -> Page[Unit]:
-        """Query: state, domain, fleet, disposition, limit, cursor."""
-        return self.send(calls.list_units(**query))
-
-    def list_events(
-        self, unit: str | None = None, *, limit: int | None = None, cursor: str | None = None
-    ) -> Page[Event]:
-        """Newest first; a unit's events, or all events."""
-        return self.send(calls.list_events(unit, limit, cursor))
-
-    def iter_events(self, unit: str | None = None, *, limit: int = 500) -> Iterator[Event]:
-        """Every event (of `unit`, or all), newest first, page after page."""
-        cursor: str | None = None
-        while True:
-            page = self.list_events(unit, limit=limit, cursor=cursor)
-            yield from page.items
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
-
-    def list_questions(self, **query: Any) -> Page[Question]:
-        """Query: status, assignee_group_slug, routed, limit, cursor, wait_seconds."""
-        return self.send(calls.list_questions(**query))
-
-    def unrouted_questions(
-        self,
-        *,
-        assignee_group_slug: str | None = None,
-        limit: int | None = None,
-        wait_seconds: int | None = None,
-    ) -> Page[Question]:
-        """Open questions not yet routed, oldest first; `wait_seconds` long-polls for one."""
-        return self.send(calls.unrouted_questions(assignee_group_slug, limit, wait_seconds))
-
-    def get_question(self, question_id: str, *, wait_seconds: int | None = None) -> Question:
-        return self.send(calls.get_question(question_id, wait_seconds))
-
-    def list_controls(self) -> list[Control]:
-        """Every controlled scope: cap and live, held, pause, drain, gate (not agents)."""
-        return self.send(calls.controls())
-
-    def list_control_events(
-        self, *, limit: int | None = None, cursor: str | None = None
-    ) -> Page[ControlEvent]:
-        """Every change of the controls, newest first."""
-        return self.send(calls.control_events(limit, cursor))
-
-    def budgets(self) -> list[Budget]:
-        """Every budget with its cap, spent and remaining cents (any role but agent)."""
-        return self.send(calls.budgets())
-
-    def healthz(self) -> dict[str, Any]:
-        return self.send(calls.health("/healthz"))
-
-    def readyz(self) -> dict[str, Any]:
-        """Whether the server reaches its database (`Unavailable` after retries if not)."""
-        return self.send(calls.health("/readyz"))
 
     # -- claiming ------------------------------------------------------------------------
 
