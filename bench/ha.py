@@ -1,29 +1,18 @@
-"""High availability: backup and restore, database failover, the WAL mirror; each a program
-of its own, with its own servers (the test suite's helpers, `tests/support`):
+"""High availability, each a program with servers of its own (the test suite's helpers,
+`tests/support`; `bench.run` puts `tests` on the PYTHONPATH):
 
     PYTHONPATH=tests uv run python -m bench.ha backup --units 1000000 [--agents 4] [--out DIR]
     PYTHONPATH=tests uv run python -m bench.ha failover [--rounds 3] [--seconds 3] [--lag 0.5]
     PYTHONPATH=tests uv run python -m bench.ha walmirror [--rounds 3] [--seconds 10] [--agents 8]
 
-`backup` builds a ledger of --units units in the embedded default (a fresh WL_HOME), one
-`registered` event each, starts `work-ledger serve` on it and --agents agents that claim
-and release units while `work-ledger backup DEST` runs, then restores DEST into a new
-WL_HOME with `work-ledger restore` and times `work-ledger audit` there: one row of seconds,
-bytes, and the writes the agents had acknowledged meanwhile.
-
-`failover` runs the scenario of tests/faults/test_database_failover.py (a primary and a
-standby, agents through `serve` on a multi-host URL, the primary's WAL sender stopped for
---lag seconds, SIGKILL of the primary, `pg_ctl promote`) --rounds times per standby
-setting, and prints what the history checker found against the promoted server: with a
-synchronous standby nothing acknowledged may be missing; with an asynchronous one, a write
-acknowledged by the primary but not yet streamed is lost.
-
-`walmirror` measures what WL_WAL_MIRROR costs: claims per second through `serve` on the
-embedded default with the WAL streamed synchronously to a second folder and without, in
-alternating rounds on new WL_HOMEs (AGENTS agents claim a unit and release it for
---seconds), then the median of COMMITS one-row commits in turn (the round trip a commit
-waits for). The mirror's folder is on the same disk, so the figures are the cost of the
-synchronous round trip to pg_receivewal and its fsync, not of a second disk.
+`backup`: a ledger of --units registered units in the embedded default, served, --agents
+agents claiming and releasing while `work-ledger backup` runs; then `restore` into a new
+WL_HOME and `audit` there, timed. `failover`: tests/faults/test_database_failover.py's
+scenario (SIGKILL of the primary, `pg_ctl promote`) per standby setting, and what the
+history checker found: with a synchronous standby nothing acknowledged may be missing.
+`walmirror`: claims per second through serve with WL_WAL_MIRROR on and off, in alternating
+rounds, then the median one-row commit (the mirror on the same disk: the cost of the
+synchronous round trip to pg_receivewal and its fsync, not of a second disk).
 """
 
 from __future__ import annotations

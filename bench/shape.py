@@ -1,35 +1,20 @@
-"""DESIGN §12's costs, measured in one run on one PostgreSQL (`bench.run --sections shape`),
-and registration with requirement edges (`register`, below: `--sections register`).
+"""DESIGN §12's costs on one PostgreSQL (`--sections shape`), and registration with
+requirement edges over HTTP (`register`, issue 28: `--sections register`).
 
-    uv run python -m bench.shape [--units 1000000] [--claims 2000] [--rounds 3]
-    uv run --group bench python -m bench.shape register [--units 100000] [--rounds 3] [--out DIR]
+    uv run --group bench python -m bench.shape [--units 1000000] [--claims 2000] [--rounds 3]
+    uv run --group bench python -m bench.shape register [--units 100000] [--rounds 3]
 
-- pull-next p50 over a backlog of `--units` units with as many requirement edges (fan-ins
-  onto 1,000 finished libraries, so every unit stays ready) against the same backlog
-  without edges, in alternating windows;
-- finishing (dispose MIGRATED) one unit with 1,000 waiting dependents against one with none;
-- pull-next p50 with 1,000 budgets defined (one over the claimed fleet) against none;
-- cost records from 64 agents into one budget scope: the spend kept in 16 shard rows (as
-  migration 0011 does) against one row (the trigger redefined for the window).
+`shape`, in alternating windows: pull-next p50 over `--units` units with as many requirement
+edges (fan-ins onto 1,000 finished libraries: every unit stays ready) against none;
+finishing a unit with 1,000 waiting dependents against none; pull-next with 1,000 budgets
+(one over the claimed fleet) against none. Seeding writes rows with triggers off (as a
+restore does); everything measured runs the ledger's own statements, triggers on.
 
-Seeding writes the rows with triggers off (session_replication_role = replica, as a
-restore does) and sets the counters the triggers would have set; everything measured runs
-through the ledger's own statements with every trigger on.
-
-`register`: 100,000 units registered through `POST /units` with requirement edges, against
-100,000 without, side by side on one `work-ledger serve` (issue 28).
-
-Each round registers `--units` units of each kind in batches of 1,000 (the largest batch
-`POST /units` takes), the two kinds alternating batch by batch (which goes first swaps
-every batch), so both see the same machine and a table of the same size:
-- *flat*: no `requires`;
-- *edges*: one requirement per unit, 1,000 edges a batch: chains of ten within the batch
-  (each unit requires the one before it, by external_ref in the same batch), each chain's
-  head requiring one of 1,000 libraries registered before the first round (fan-ins of
-  100 per round). The libraries are not finished, so every such unit is registered
-  `waiting`; the cycle check, the unknown-ref check and the edge rows all run.
-The figure is units per second of each kind per round (the sum of its batches' request
-times), the ratio edges ÷ flat per round, and the medians over the rounds; batch p50s too.
+`register`: each round registers `--units` units of each kind through `POST /units` in
+batches of 1,000, the kinds alternating batch by batch: *flat* (no `requires`) and *edges*
+(chains of ten within a batch, each head requiring one of 1,000 unfinished libraries, so
+every unit is registered `waiting`: the cycle check, the unknown-ref check and the edge
+rows all run). Units per second of each kind, the ratio edges ÷ flat, medians of rounds.
 """
 
 from __future__ import annotations
@@ -39,6 +24,7 @@ import asyncio
 import atexit
 import datetime as dt
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -49,9 +35,8 @@ from typing import Any
 
 import asyncpg
 
-from bench.harness import load_average, recreated, server_url
-from bench.httpbench import MiniHttp, app_process, mint_token
-from work_ledger.db.connect import create_pool, ensure_database, with_database
+from bench.harness import MiniHttp, app_process, mint_token, recreated, server_url
+from work_ledger.db.connect import create_pool
 from work_ledger.db.store import Store
 from work_ledger.domain.model import Actor, Disposition, NewUnit
 from work_ledger.runtime import migrate_database
@@ -87,21 +72,6 @@ SEED_BUDGETS = """
 INSERT INTO budgets (fleet, domain, cap_cents)
 SELECT 'other-' || i, NULL, 100 FROM generate_series(1, 998) AS i
 UNION ALL VALUES ('fleet-a', NULL, 1000000000), ('fleet-a', 'd1', 1000000000)
-"""
-
-
-# The spend trigger of migration 0020 with `shards` rows per scope (16 there).
-SPEND_SHARDS = """
-CREATE OR REPLACE FUNCTION wl_add_scope_spend() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO scope_spend AS s (fleet, domain, shard, cents)
-    VALUES (NEW.fleet, NEW.domain, pg_backend_pid() % {shards}, NEW.cost_cents - OLD.cost_cents)
-    ON CONFLICT (fleet, domain, shard) DO UPDATE SET cents = s.cents + EXCLUDED.cents;
-    INSERT INTO fleet_spend AS f (fleet, shard, cents)
-    VALUES (NEW.fleet, pg_backend_pid() % {shards}, NEW.cost_cents - OLD.cost_cents)
-    ON CONFLICT (fleet, shard) DO UPDATE SET cents = f.cents + EXCLUDED.cents;
-    RETURN NULL;
-END $$
 """
 
 
@@ -203,47 +173,6 @@ async def main(units: int, claims: int, rounds: int) -> None:
     )
     await flat_pool.close()
     await edged_pool.close()
-    await _hot_scope(admin, rounds)
-
-
-async def _hot_scope(admin: str, rounds: int, agents: int = 64, records: int = 40) -> None:
-    """Records per second from `agents` connections into one scope, 16 shards against 1."""
-    await ensure_database(admin, "money")
-    url = with_database(admin, "money")
-    await migrate_database(url)
-    pools = [await create_pool(url, min_size=1, max_size=1) for _ in range(agents)]
-    ledgers = [Ledger(Store(p), lease_seconds=3600) for p in pools]
-    await ledgers[0].register([NewUnit(f"m{i}", "fleet-m", "hot") for i in range(agents)], OPERATOR)
-    await ledgers[0].set_budget("fleet-m", 10**12, OPERATOR, domain="hot")
-    attempts = []
-    for n, ledger in enumerate(ledgers):
-        claim = await ledger.claim(f"m-agent-{n}")
-        assert claim.attempt is not None
-        attempts.append(claim.attempt.id)
-    conn = await asyncpg.connect(url)
-    rates: dict[int, list[float]] = {16: [], 1: []}
-
-    async def spend(ledger: Ledger, attempt: object, n: int) -> None:
-        for _ in range(records):
-            await ledger.record_cost(attempt, 1, Actor(f"m-agent-{n}"))  # type: ignore[arg-type]
-
-    try:
-        for r in range(rounds):
-            for shards in (16, 1) if r % 2 == 0 else (1, 16):
-                await conn.execute(SPEND_SHARDS.replace("{shards}", str(shards)))
-                start = time.perf_counter()
-                await asyncio.gather(*(spend(ledgers[n], attempts[n], n) for n in range(agents)))
-                rates[shards].append(agents * records / (time.perf_counter() - start))
-    finally:
-        await conn.execute(SPEND_SHARDS.replace("{shards}", "16"))
-        await conn.close()
-        for pool in pools:
-            await pool.close()
-    sharded, single = statistics.median(rates[16]), statistics.median(rates[1])
-    print(
-        f"cost records from {agents} agents into one scope: {sharded:.0f}/s with 16 spend "
-        f"rows, {single:.0f}/s with one, ratio {sharded / single:.3f}"
-    )
 
 
 BATCH = 1000
@@ -289,7 +218,7 @@ async def one_round(http: MiniHttp, r: int, units: int) -> dict[str, Any]:
         "units_per_s": {k: round(v) for k, v in per_s.items()},
         "batch_p50_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in times.items()},
         "ratio": round(per_s["edges"] / per_s["flat"], 3),
-        "load_average_end": load_average(),
+        "load_average_end": os.getloadavg(),
     }
 
 
@@ -303,12 +232,11 @@ async def register(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "units": args.units,
-        "load_average_start": load_average(),
+        "load_average_start": os.getloadavg(),
         "rounds": [],
     }
     async with app_process("serve", url, home) as app:
-        http = MiniHttp(app.port, {"Authorization": f"Bearer {token}"})
-        await http.open()
+        http = await MiniHttp(app.port, token).open()
         try:
             libs = [
                 {"external_ref": f"lib-{i}", "fleet": "f", "domain": "libs"} for i in range(LIBS)
