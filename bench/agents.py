@@ -1,9 +1,5 @@
-"""What agents cost: a fleet of hundreds through the async SDK (`fleet`, in `bench.run`), and
-one agent's share (`python -m bench.agents`, bench/AGENTS.md): serve's memory per idle MCP
-session, CPU per MCP tool call beside REST, the slim client's size, start-up and `run`
-wrapper memory.
-
-    uv run --group bench python -m bench.agents [--slim VENV] [--baseline VENV] [--sessions 64]
+"""What agents cost: a fleet of hundreds through the async SDK (`--sections fleet`), and one
+agent's share (`python -m bench.agents [--slim VENV] [--baseline VENV]`, bench/AGENTS.md).
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ import statistics
 import subprocess
 import tempfile
 import time
-from argparse import RawTextHelpFormatter
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -50,7 +45,6 @@ from work_ledger.client.aio import AsyncClient
 from work_ledger.client.aio_work import AsyncWork
 from work_ledger.runtime import migrate_database
 
-HERE = Path(__file__).parent
 INSERT_BATCH = (
     "INSERT INTO work_units (external_ref, fleet, domain) "
     "SELECT 'fleet-' || $1::text || '-' || g, 'bench', 'd' || (g % 4) "
@@ -67,14 +61,11 @@ def run_queue_seconds(process: psutil.Process) -> float | None:
         return None
 
 
-def sizes(args: Any) -> dict[str, Any]:
-    """The fleet's sizes by mode: fleets, seconds per run (the goal's run: 512 on one serve,
-    `long`), an agent's work per unit."""
-    fleets = [32] if args.smoke else [256, 512]
-    seconds, long, work = (
-        (15, 15, 2.0) if args.smoke else (120, 120, 10) if args.quick else (150, 600, 20.0)
-    )
-    return {"fleets": fleets, "replicas": [1, 2], "seconds": seconds, "long": long, "work": work}
+def sizes(args: Any) -> tuple[list[int], float, float, float]:
+    """Fleets, seconds per run, the goal's run (the largest on one serve), work per unit."""
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    return {"smoke": ([32], 15, 15, 2.0), "quick": ([256, 512], 120, 120, 10.0),
+            "full": ([256, 512], 150, 600, 20.0)}[mode]  # fmt: skip
 
 
 class Counting(httpx.AsyncBaseTransport):
@@ -177,18 +168,16 @@ async def sample(server: Server, url: str, apps: list[AppProcess], fleet: Fleet,
     conn = await asyncpg.connect(server.admin_url)
     parties = {f"serve{i}": a.ps for i, a in enumerate(apps)} | {"client": psutil.Process()}
 
-    def now() -> tuple[dict[str, float | None], dict[str, float | None]]:
-        cpu = {k: process_tree_cpu(p) for k, p in parties.items()}
-        return cpu | {"pg": server.cpu_seconds()}, {
-            k: run_queue_seconds(p) for k, p in parties.items()
-        }
+    def now() -> dict[str, float | None]:
+        cpu = {k: process_tree_cpu(p) for k, p in parties.items()} | {"pg": server.cpu_seconds()}
+        return cpu | {f"{k} waiting": run_queue_seconds(p) for k, p in parties.items()}
 
-    began, (cpu0, waited0) = time.perf_counter(), now()
+    began, cpu0 = time.perf_counter(), now()
     try:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), every)
-            t, (cpu, waited) = time.perf_counter() - began, now()
+            t, cpu = time.perf_counter() - began, now()
 
             def pct(a: float | None, b: float | None, t: float = t) -> float | None:
                 return None if a is None or b is None else round(100 * (b - a) / t, 1)
@@ -199,8 +188,7 @@ async def sample(server: Server, url: str, apps: list[AppProcess], fleet: Fleet,
                 "waiting": fleet.waiting, "errors": sum(fleet.raised.values()),
                 "serve_rss_mb": [round(a.ps.memory_info().rss / 2**20, 1) for a in apps],
                 "serve_fds": [a.ps.num_fds() for a in apps],
-                "cpu_pct": {k: pct(cpu0[k], cpu[k]) for k in cpu},
-                "run_queue_pct": {k: pct(waited0[k], waited[k]) for k in waited},
+                "cpu_pct": {k: pct(cpu0[k], cpu[k]) for k in cpu},  # and the wait for a CPU
                 "client_rss_mb": round(parties["client"].memory_info().rss / 2**20, 1),
                 "pg_connections": row["open"], "pg_connections_busy": row["busy"],
             })  # fmt: skip
@@ -235,10 +223,8 @@ async def one_run(server: Server, agents: int, replicas: int, seconds: float, wo
         apps = [await stack.enter_async_context(serve) for serve in serves]
         bases = [f"http://127.0.0.1:{app.port}" for app in apps]
         urls = [",".join(bases[i % replicas :] + bases[: i % replicas]) for i in range(agents)]
-        clients = [
-            AsyncClient(u, t, transport=Counting(fleet.seen))
-            for u, t in zip(urls, tokens[:agents], strict=True)
-        ]
+        pairs = zip(urls, tokens[:agents], strict=True)
+        clients = [AsyncClient(u, t, transport=Counting(fleet.seen)) for u, t in pairs]
         for client in clients:  # closed last, after the agents stopped
             stack.push_async_callback(client.aclose)
         stop, done = asyncio.Event(), asyncio.Event()
@@ -274,23 +260,21 @@ async def one_run(server: Server, agents: int, replicas: int, seconds: float, wo
         "serve_rss_mb": _course(samples, "serve_rss_mb", settled),
         "serve_fds": _course(samples, "serve_fds", settled),
         "pg_connections_max": max((s["pg_connections"] for s in samples), default=None),
-        "cpu_pct": last.get("cpu_pct"), "run_queue_pct": last.get("run_queue_pct"),
+        "cpu_pct": last.get("cpu_pct"),
         "load_average": os.getloadavg(), "samples": samples,
     }  # fmt: skip
 
 
 async def fleet(server: Server, args: Any, tokens: list[str], home: Path) -> dict[str, Any]:
-    size = sizes(args)
+    fleets, seconds, long, work = sizes(args)
     # 512 agents hold 512 sockets and more: lifted as serve lifts its own.
     out: dict[str, Any] = {"client_open_files": raise_open_files()[1], "runs": []}
-    for agents in size["fleets"]:
-        for replicas in size["replicas"]:
-            goal = agents == max(size["fleets"]) and replicas == 1
-            seconds = size["long"] if goal else size["seconds"]
-            r = await one_run(server, agents, replicas, seconds, size["work"], tokens, home)
+    for agents in fleets:
+        for replicas in (1, 2):
+            run_for = long if agents == max(fleets) and replicas == 1 else seconds
+            r = await one_run(server, agents, replicas, run_for, work, tokens, home)
             out["runs"].append(r)
-            shown = {k: v for k, v in r.items() if k not in ("samples", "serve_rss_mb")}
-            print(f"fleet: {shown}, rss {r['serve_rss_mb']}", flush=True)
+            print(f"fleet: { {k: v for k, v in r.items() if k != 'samples'} }", flush=True)
     return out
 
 
@@ -401,7 +385,7 @@ async def agent_share(args: argparse.Namespace, home: Path) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--slim", type=Path, help="a virtualenv holding only the slim client")
     parser.add_argument("--baseline", type=Path, help="another version's virtualenv, its verbs")
     parser.add_argument("--sessions", type=int, default=64)
@@ -410,6 +394,6 @@ if __name__ == "__main__":
     atexit.register(shutil.rmtree, home, True)  # after the embedded server has stopped
     found = asyncio.run(agent_share(parser.parse_args(), home))
     found |= {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ"), "load_average": os.getloadavg()}
-    out = HERE / "results" / f"agents-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    out = Path("bench/results") / f"agents-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     out.write_text(json.dumps(found, indent=2) + "\n")
-    print(json.dumps(found, indent=1), f"\n(written to {out.relative_to(HERE.parent)})")
+    print(json.dumps(found, indent=1), f"\n(written to {out})")

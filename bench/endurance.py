@@ -79,16 +79,15 @@ async def longpoll(
                 await conn.close()
 
         async def wait_for_unit(client: MiniHttp) -> None:
-            while (answer := await client.post("/units/claim", {"wait_seconds": 60}))[
-                "unit"
-            ] is None:
-                pass
+            answer: dict[str, Any] = {"unit": None}
+            while answer["unit"] is None:
+                answer = await client.post("/units/claim", {"wait_seconds": 60})
             woken.append((uuid.UUID(answer["unit"]["id"]), time.perf_counter()))
             if len(woken) >= expected:
                 all_woken.set()
 
         sampling = asyncio.create_task(sampler())
-        clients = [await MiniHttp(app.port, t).open() for t in tokens[:waiters]]
+        clients = [await MiniHttp.open(app.port, t) for t in tokens[:waiters]]
         tasks = [asyncio.create_task(wait_for_unit(c)) for c in clients]
         try:
             t0, cpu0 = time.perf_counter(), (server.cpu_seconds(), process_tree_cpu(app.ps))
@@ -119,13 +118,8 @@ async def longpoll(
                 await client.close()
     # A waiter's answer may beat the feeder's commit acknowledgement by a hair: clamp at 0.
     ms = [max(0.0, (got - arrived[unit]) * 1000) for unit, got in woken if unit in arrived]
-    out.update(
-        woken=len(ms),
-        expected=expected,
-        wake_p50_ms=percentile(ms, 50),
-        wake_p99_ms=percentile(ms, 99),
-        wake_max_ms=max(ms, default=None),
-    )
+    out |= {"woken": len(ms), "expected": expected, "wake_p50_ms": percentile(ms, 50),
+            "wake_p99_ms": percentile(ms, 99), "wake_max_ms": max(ms, default=None)}  # fmt: skip
     print(f"long-poll: {out}", flush=True)
     return out
 
@@ -240,20 +234,13 @@ async def soak(server: Server, template: str, lives: int, concurrency: int) -> d
                 await asyncio.gather(*(worker(i) for i in range(concurrency)))
             out["seconds"] = round(time.perf_counter() - t0, 1)
             out["mb_end"] = await _sizes(conn)
-            out["dead_tuples_end"] = {
-                r[0]: dict(r)
-                for r in await conn.fetch(
-                    "SELECT relname, n_live_tup, n_dead_tup, autovacuum_count, autoanalyze_count "
-                    "FROM pg_stat_user_tables WHERE relname = ANY($1)",
-                    TABLES,
-                )
-            }
-            out["mxid_age_end"] = dict(
-                await conn.fetchrow(
-                    "SELECT mxid_age(datminmxid) AS database, (SELECT mxid_age(relminmxid) FROM "
-                    "pg_class WHERE relname = 'work_units') AS work_units FROM pg_database "
-                    "WHERE datname = current_database()"
-                )
+            stats = "SELECT relname, n_live_tup, n_dead_tup, autovacuum_count, autoanalyze_count"
+            rows = await conn.fetch(
+                stats + " FROM pg_stat_user_tables WHERE relname = ANY($1)", TABLES
+            )
+            out["dead_tuples_end"] = {r["relname"]: dict(r) for r in rows}
+            out["mxid_age_end"] = await conn.fetchval(
+                "SELECT mxid_age(datminmxid) FROM pg_database WHERE datname = current_database()"
             )
         finally:
             await conn.close()

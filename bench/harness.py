@@ -1,6 +1,5 @@
-"""The measuring machinery every section uses (bench/README.md, "How a figure is taken"): the
-PostgreSQL to measure on, fresh databases, CPU meters, the timed loop, and the HTTP side
-(a minimal keep-alive client, `serve` or the bare app as a process, tokens)."""
+"""The measuring machinery every section uses (bench/README.md, "How a figure is taken"),
+and the HTTP side: a minimal keep-alive client, `serve` or the bare app, tokens."""
 
 from __future__ import annotations
 
@@ -33,10 +32,6 @@ SECRET = "bench-secret-not-for-production"
 TOKENS_TEMPLATE = "bench_tpl_http"
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent
-SETTINGS = ["server_version", "max_connections", "shared_buffers", "synchronous_commit", "fsync",
-            "full_page_writes", "wal_level", "checkpoint_timeout", "max_wal_size", "work_mem",
-            "autovacuum", "autovacuum_naptime", "autovacuum_vacuum_scale_factor",
-            "jit"]  # fmt: skip
 # serve's own connections (it names itself work-ledger), not the benchmark's.
 CONNECTIONS = (
     "SELECT count(*) AS open, count(*) FILTER (WHERE state <> 'idle') AS busy "
@@ -112,15 +107,6 @@ class Server:
         """CPU time of the postmaster and every backend, including exited ones."""
         return None if self.postmaster is None else process_tree_cpu(self.postmaster)
 
-    async def settings(self) -> dict[str, str]:
-        conn = await asyncpg.connect(self.admin_url)
-        try:
-            query = "SELECT name, setting, unit FROM pg_settings WHERE name = ANY($1)"
-            rows = await conn.fetch(query, SETTINGS)
-        finally:
-            await conn.close()
-        return {r["name"]: r["setting"] + (r["unit"] or "") for r in rows}
-
     @contextlib.asynccontextmanager
     async def fresh_database(self, prefix: str, template: str | None = None) -> AsyncIterator[str]:
         """A new database for one measurement, dropped afterwards."""
@@ -146,7 +132,7 @@ def process_tree_cpu(root: psutil.Process) -> float:
     return total
 
 
-def cpu_now(server: Server, app: psutil.Process | None) -> dict[str, float | None]:
+def cpu_now(server: Server, app: psutil.Process | None) -> dict[str, Any]:
     """CPU seconds so far of this process, the server, the app and the whole machine (all
     cores, every process: not idle), and the wall clock."""
     own, busy = psutil.Process().cpu_times(), psutil.cpu_times()
@@ -223,12 +209,11 @@ async def measure(
     errors = [r for r in results if isinstance(r, BaseException)]
     if errors:
         raise errors[0]
-    window = [lat * 1000 for t, lat in done if start["wall"] <= t <= end["wall"]]  # type: ignore[operator]
-    items, seconds = len(window), end["wall"] - start["wall"]  # type: ignore[operator]
-    used = {k: None if start[k] is None or end[k] is None else end[k] - start[k]  # type: ignore[operator]
+    window = [lat * 1000 for t, lat in done if start["wall"] <= t <= end["wall"]]
+    items, seconds = len(window), end["wall"] - start["wall"]
+    used = {k: None if start[k] is None or end[k] is None else end[k] - start[k]
             for k in ("client", "server", "app")}  # fmt: skip
-    busy = end["machine"] - start["machine"]  # type: ignore[operator]
-    used["other"] = max(0.0, busy - sum(v or 0 for v in used.values()))
+    used["other"] = max(0.0, end["machine"] - start["machine"] - sum(v or 0 for v in used.values()))
     return {
         "items": items, "seconds": round(seconds, 3), "items_per_s": items / seconds,
         "claim_p50_ms": percentile(window, 50), "claim_p99_ms": percentile(window, 99),
@@ -292,34 +277,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-# -- HTTP -------------------------------------------------------------------------------
-
-
 class MiniHttp:
     """One keep-alive HTTP/1.1 connection, JSON in and out: a few lines over asyncio
     streams, so that the client's own cost stays small on two cores."""
 
-    def __init__(self, port: int, token: str | None = None) -> None:
-        self.port = port
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, token: str):
+        self.reader, self.writer = reader, writer
         self.base = f"Authorization: Bearer {token}\r\n" if token else ""
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
 
-    async def open(self) -> MiniHttp:
-        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        return self
+    @classmethod
+    async def open(cls, port: int, token: str = "") -> MiniHttp:
+        return cls(*await asyncio.open_connection("127.0.0.1", port), token)
 
     async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            with contextlib.suppress(Exception):
-                await self.writer.wait_closed()
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
 
     async def request(
         self, method: str, path: str, payload: Any = None, extra: str = ""
     ) -> tuple[int, Any]:
-        assert self.reader is not None
-        assert self.writer is not None
         body = b"" if payload is None else json.dumps(payload).encode()
         head = (
             f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{self.base}{extra}"
@@ -341,12 +318,8 @@ class MiniHttp:
 
 @dataclass
 class AppProcess:
-    process: asyncio.subprocess.Process
     port: int
-
-    @property
-    def ps(self) -> psutil.Process:
-        return psutil.Process(self.process.pid)
+    ps: psutil.Process
 
 
 def wl_env(url: str, home: Path, **extra: str) -> dict[str, str]:
@@ -375,7 +348,7 @@ async def app_process(
         deadline = time.monotonic() + 180  # a loaded machine starts serve slowly
         while True:
             with contextlib.suppress(OSError, asyncio.IncompleteReadError, ValueError):
-                probe = await MiniHttp(port).open()
+                probe = await MiniHttp.open(port)
                 status, _ = await probe.request("GET", "/healthz")
                 await probe.close()
                 if status == 200:
@@ -383,7 +356,7 @@ async def app_process(
             if proc.returncode is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{kind} did not start (exit {proc.returncode}, {log.name})")
             await asyncio.sleep(0.2)
-        yield AppProcess(proc, port)
+        yield AppProcess(port, psutil.Process(proc.pid))
     finally:
         if proc.returncode is None:
             proc.terminate()

@@ -256,7 +256,7 @@ async def run(
                     await seed.execute(EXTRA_SEED[name])
                 await seed.close()
                 async with app_process(kind, url, home) as app:
-                    clients = [await MiniHttp(app.port, t).open() for t in tokens[:c]]
+                    clients = [await MiniHttp.open(app.port, t) for t in tokens[:c]]
                     try:
                         timing = {"warmup": args.warmup, "duration": args.duration}
                         sample = await measure(
@@ -301,7 +301,7 @@ async def compare(bins: dict[str, Path], c: int, rounds: int, args: Any) -> dict
                 for round_no in range(rounds):
                     for name in ("A", "B") if round_no % 2 == 0 else ("B", "A"):
                         app = apps[name]
-                        clients = [await MiniHttp(app.port, t).open() for t in tokens[:c]]
+                        clients = [await MiniHttp.open(app.port, t) for t in tokens[:c]]
                         sample = await measure(
                             ops_for(clients), server=server, warmup=1, duration=args.duration,
                             app=app.ps,
@@ -353,20 +353,3 @@ async def against(rev: str, args: Any) -> dict[str, Any]:
         return {"rev": rev, "levels": levels}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def markdown(ab: dict[str, Any]) -> list[str]:
-    lines = [
-        f"## A/B: A = {ab['rev']}, B = this checkout (medians of same-round ratios B/A)",
-        "",
-        "| loop | c | B/A items/s | B/A claim p99 | B/A serve CPU/item | A items/s | B items/s |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for level in ab["levels"]:
-        r, m = level["b_over_a"], level["median"]
-        lines.append(
-            f"| {level['loop']} | {level['c']} | {r['items_per_s']:.3f} "
-            f"| {r['claim_p99_ms']:.3f} | {r['app_cpu_ms_per_item']:.3f} "
-            f"| {m['A']['items_per_s']:.0f} | {m['B']['items_per_s']:.0f} |"
-        )
-    return lines

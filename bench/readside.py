@@ -1,4 +1,4 @@
-"""The read side (issue 32): at a year's scale, and its write path beside the tallies.
+"""The read side (issue 32) at a year's scale, and its write path beside the tallies.
 
     uv run --group bench python -m bench.readside fill --home /tmp/wl-readside --through 9
     uv run --group bench python -m bench.readside time --home /tmp/wl-readside --label before
@@ -6,12 +6,8 @@
     uv run --group bench python -m bench.readside time --home /tmp/wl-readside --label after
     uv run --group bench python -m bench.readside write [--windows 6] [--variants 0023,0027]
 
-`fill` makes database `readside` (1,000,000 units by default) on the embedded server under
-`--home`, or WL_DATABASE_URL's, with the migrations up to `--through` (the schema before a
-change) and writes the estate by generate_series (bench/readside.sql); `migrate` applies
-the rest. `time` times each dashboard query (median of `--reps` after one unmeasured run),
-the first and the warm `/metrics` read, and `work-ledger report` at 80 columns. `write`
-runs a life's statements on databases side by side, one per schema (`VARIANTS`).
+`fill` writes 1,000,000 units (bench/readside.sql) under the migrations up to `--through`;
+`migrate` applies the rest; `time` times the dashboard's queries, `/metrics` and `report`.
 """
 
 from __future__ import annotations
@@ -44,36 +40,22 @@ from work_ledger.readside.gauges import read_gauges
 FILL = parse_named_sql((Path(__file__).parent / "readside.sql").read_text(encoding="utf-8"))
 DATABASE = "readside"
 RESULTS = Path(__file__).parent / "results"
-UNIT_PAGE = "WHERE scope = 'unit' AND external_ref > 'repo-500' ORDER BY external_ref LIMIT 50"
-REWORKED_IDS = (
-    "SELECT * FROM v_rework WHERE scope = 'unit' AND unit_id = ANY (ARRAY(SELECT unit_id"
-    " FROM v_cost_per_unit WHERE scope = 'unit' AND attempts > 1 {} LIMIT {}))"
-)
 # What a dashboard panel, a scrape or a report asks, by the name the table shows; a view
-# that exists only from a later migration on is timed where present.
+# that exists only from a later migration on is timed where present. (Issue 32's variants of
+# these, compared once, are in results/readside-20261201.md.)
 VIEWS = ["v_queue_depth", "v_disposition_summary", "v_question_wait", "v_stall_counts",
          "v_budget", "v_cost_by_model", "v_daily", "v_forecast"]  # fmt: skip
 QUERIES = {v: f"SELECT * FROM {v}" for v in VIEWS} | {
     "v_waiting": "SELECT * FROM v_waiting LIMIT 100",
     "v_rework (summary scopes)": "SELECT * FROM v_rework WHERE scope <> 'unit'",
     "v_cost_per_unit (summary scopes)": "SELECT * FROM v_cost_per_unit WHERE scope <> 'unit'",
-    "v_stall_list (count by domain)": "SELECT domain, count(*) FROM v_stall_list GROUP BY domain",
     "v_stall_list (20 longest silent)":
         "SELECT * FROM v_stall_list ORDER BY stalled_seconds DESC LIMIT 20",
-    "v_stall_list (20 longest silent, the view's order)": "SELECT * FROM v_stall_list LIMIT 20",
     "v_question_wait (group rows, as /metrics reads)":
         "SELECT * FROM v_question_wait WHERE scope = 'group'",
-    "costliest 20 units (v_cost_per_unit unit scope by cost)":
-        "SELECT * FROM v_cost_per_unit WHERE scope = 'unit' ORDER BY cost_cents DESC LIMIT 20",
-    "most attempts, 20 units (v_rework by id from v_cost_per_unit)":
-        REWORKED_IDS.format("ORDER BY attempts DESC, external_ref", 20),
-    "v_rework unit scope, one keyset page of 50 (ids from v_cost_per_unit)":
-        REWORKED_IDS.format("AND external_ref > 'repo-500' ORDER BY external_ref", 50),
-    "v_rework unit scope, one keyset page of 50": "SELECT * FROM v_rework " + UNIT_PAGE,
-    "v_cost_per_unit unit scope, one keyset page of 50":
-        "SELECT * FROM v_cost_per_unit " + UNIT_PAGE,
-    "v_daily (the report's 28 days of '(all)')":
-        "SELECT * FROM v_daily WHERE domain = '(all)'"
+    "v_cost_per_unit unit scope, one keyset page of 50": "SELECT * FROM v_cost_per_unit WHERE"
+        " scope = 'unit' AND external_ref > 'repo-500' ORDER BY external_ref LIMIT 50",
+    "v_daily (the report's 28 days of '(all)')": "SELECT * FROM v_daily WHERE domain = '(all)'"
         " AND day >= (now() AT TIME ZONE 'UTC')::date - 28",
 }  # fmt: skip
 # The report's own queries from migration 0017 on (v_costliest_units, v_most_attempted_units).

@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.httpbench import markdown as ab_markdown
-
 
 def _get(node: Any, *path: str) -> Any:
     for key in path:
@@ -76,50 +74,30 @@ def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
             b = _get(result, lsec, "median", limit, str(c), figure)
             how = f"{figure} of {ours} ÷ {figure} of {limit}, medians"
             out.append(_goal(f"{name} (c={c})", _ratio(a, b), op, bound, how))
-    scale = _get(result, "scale", "claim") or {}
-    sizes = scale.get("sizes", {"small": 1000, "large": 1000000})
-    out.append(
-        _goal(
-            f"claim p50 at {sizes['large']:,} ready ≤ 1.2x at {sizes['small']:,}",
-            _ratio(_get(scale, "large", "claim_p50_ms"), _get(scale, "small", "claim_p50_ms")),
-            "<=",
-            1.2,
-            "service claim p50 (c=1) with the large backlog ÷ with the small one",
-        )
+    claim, lp, soak = (
+        _get(result, *k) or {} for k in (("scale", "claim"), ("longpoll",), ("soak",))
     )
-    lp = result.get("longpoll") or {}
-    out.append(_goal("long-poll wake-up p50 ≤ 50 ms", lp.get("wake_p50_ms"), "<=", 50, ""))
-    out.append(
-        _goal(
-            "long-poll database connections ≤ 5",
-            lp.get("db_connections_max"),
-            "<=",
-            5,
-            "serve's open connections, max over the run",
-        )
-    )
-    out.append(_goal("long-poll server RSS ≤ 200 MB", lp.get("server_rss_mb_max"), "<=", 200, ""))
-    soak = result.get("soak") or {}
-    out.append(
-        _goal(
-            "soak: claim p50 last 10% ≤ 1.5x first 10%",
-            _ratio(_get(soak, "last", "claim_p50_ms"), _get(soak, "first", "claim_p50_ms")),
-            "<=",
-            1.5,
-            "claim p50 over the last tenth of the lives ÷ over the first tenth",
-        )
-    )
+    small, large = claim.get("sizes", {"small": 1000, "large": 1000000}).values()
+    out += [
+        _goal(f"claim p50 at {large:,} ready ≤ 1.2x at {small:,}",
+              _ratio(_get(claim, "large", "claim_p50_ms"), _get(claim, "small", "claim_p50_ms")),
+              "<=", 1.2, "service claim p50 (c=1) with the large backlog ÷ with the small one"),
+        _goal("long-poll wake-up p50 ≤ 50 ms", lp.get("wake_p50_ms"), "<=", 50, ""),
+        _goal("long-poll database connections ≤ 5", lp.get("db_connections_max"), "<=", 5,
+              "serve's open connections, max over the run"),
+        _goal("long-poll server RSS ≤ 200 MB", lp.get("server_rss_mb_max"), "<=", 200, ""),
+        _goal("soak: claim p50 last 10% ≤ 1.5x first 10%",
+              _ratio(_get(soak, "last", "claim_p50_ms"), _get(soak, "first", "claim_p50_ms")),
+              "<=", 1.5, "claim p50 over the last tenth of the lives ÷ over the first tenth"),
+    ]  # fmt: skip
     # The largest fleet on one serve: no errors, and RSS and descriptors flat.
     runs = [r for r in _get(result, "fleet", "runs") or [] if r["replicas"] == 1]
     if runs:
         r = max(runs, key=lambda x: x["agents"])
         flat = "median of the last third of the samples ÷ of the first third"
         p99 = f"claim p99 {round(r['claim_p99_ms'] or 0, 1)} ms over {r['seconds']} s"
-        out.append(
-            _goal(
-                f"fleet: {r['agents']} agents on one serve, errors = 0", r["errors"], "<=", 0, p99
-            )
-        )
+        name = f"fleet: {r['agents']} agents on one serve, errors = 0"
+        out.append(_goal(name, r["errors"], "<=", 0, p99))
         for key, bound in (("serve_rss_mb", 1.1), ("serve_fds", 1.2)):
             value = r[key]["flat"] and r[key]["flat"][0]
             out.append(_goal(f"fleet: {key} flat (≤ {bound}x)", value, "<=", bound, flat))
@@ -201,6 +179,12 @@ MEDIANS = [
     ("server_cpu_ms_per_item", "server ms/item", 3), ("db_connections", "DB conns", 0),
     ("app_rss_mb", "app RSS MB", 0),
 ]  # fmt: skip
+AB = [("loop", "loop", -1), ("c", "c", -1), ("r_items_per_s", "B/A items/s", 3),
+      ("r_claim_p99_ms", "B/A claim p99", 3), ("r_app_cpu_ms_per_item", "B/A serve CPU/item", 3),
+      ("A_items", "A items/s", 0), ("B_items", "B items/s", 0)]  # fmt: skip
+AB = [("loop", "loop", -1), ("c", "c", -1), ("r_items_per_s", "B/A items/s", 3),
+      ("r_claim_p99_ms", "B/A claim p99", 3), ("r_app_cpu_ms_per_item", "B/A serve CPU/item", 3),
+      ("A_items", "A items/s", 0), ("B_items", "B items/s", 0)]  # fmt: skip
 GOALS = [("goal", "goal", -1), ("value", "measured", 3), ("bound", "bound", -1),
          ("verdict", "verdict", -1)]  # fmt: skip
 RATIOS = [
@@ -247,8 +231,13 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
                  f"commit {product['commit']}"
                  + (" with uncommitted changes under src/" if product["uncommitted_in_src"] else "")
                  + f"; PGQueuer {product['pgqueuer']}.")  # fmt: skip
-    if "against" in result:
-        return "\n".join([*lines, "", *ab_markdown(result["against"])]) + "\n"
+    if "against" in result:  # the A/B mode: the medians of the same-round ratios B/A
+        ab = result["against"]
+        rows = [{"loop": x["loop"], "c": x["c"], **{f"r_{k}": v for k, v in x["b_over_a"].items()},
+                 **{f"{n}_items": m["items_per_s"] for n, m in x["median"].items()}}
+                for x in ab["levels"]]  # fmt: skip
+        lines += ["", f"## A/B: A = {ab['rev']}, B = this checkout", "", *table(rows, AB)]
+        return "\n".join(lines) + "\n"
     loads = [
         _n((result.get(k) or [None])[0], 2) for k in ("load_average_start", "load_average_end")
     ]

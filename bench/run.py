@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import atexit
 import datetime as dt
+import importlib.util
 import json
 import os
 import platform
@@ -35,14 +36,14 @@ from work_ledger.db.connect import with_database
 from work_ledger.runtime import migrate_database
 
 HERE = Path(__file__).resolve().parent
-try:
-    import pgqueuer  # noqa: F401  (only asks whether the peer is installed)
-
-    HAVE_PGQUEUER = True
-except ImportError:  # the `bench` dependency group is not installed: skip the peer
-    HAVE_PGQUEUER = False
+# Without the `bench` dependency group there is no peer: its configurations are skipped.
+HAVE_PGQUEUER = importlib.util.find_spec("pgqueuer") is not None
 TEMPLATES = {"ledger": "bench_tpl_ledger", "bare": "bench_tpl_bare", "pgqueuer": "bench_tpl_pgq"}
 CORE = "claims,diagnostics,scale,http,longpoll,soak"
+SETTINGS = ["server_version", "max_connections", "shared_buffers", "synchronous_commit", "fsync",
+            "full_page_writes", "wal_level", "checkpoint_timeout", "max_wal_size", "work_mem",
+            "autovacuum", "autovacuum_naptime", "autovacuum_vacuum_scale_factor",
+            "jit"]  # fmt: skip
 MORE = "fleet,limits"  # in-process sections outside the core
 # Sections that are programs of their own (their own servers or processes, their own JSON
 # in bench/results/), run as `python -m MODULE ARGS` at the mode's sizes:
@@ -62,6 +63,7 @@ PROGRAMS: dict[str, tuple[list[str], list[str], list[str], list[str]]] = {
     # failover's smoke keeps the 3 s of load: with 1 s its cut-off claim found no holder.
     "failover": (["bench.ha", "failover"], [], ["--rounds", "1"], ["--rounds", "1"]),
 }  # fmt: skip
+NEEDS = {"temporal": "temporalio", "agents": "mcp"}  # the dev dependencies, the mcp extra
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -178,7 +180,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     await build_templates(server)
     hidden = ("levels", "section_set", "backlog_divisor")
     result["options"] = {k: v for k, v in vars(args).items() if k not in hidden}
-    result["postgres"] = await server.settings()
+    conn = await asyncpg.connect(server.admin_url)
+    rows = await conn.fetch(
+        "SELECT name, setting, unit FROM pg_settings WHERE name = ANY($1)", SETTINGS
+    )
+    await conn.close()
+    result["postgres"] = {r["name"]: r["setting"] + (r["unit"] or "") for r in rows}
     result["load_average_start"] = os.getloadavg()
     print(f"PostgreSQL {result['postgres'].get('server_version')}; {result['machine']}", flush=True)
     wanted, sections = {x for x in args.configs.split(",") if x}, args.section_set
@@ -202,7 +209,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         atexit.register(shutil.rmtree, http_home, True)
         waiters = 50 if args.smoke else 1000
         # A token per worker, waiter and agent: minted only as many as the sections use.
-        fleet = max(agents.sizes(args)["fleets"]) if "fleet" in sections else 0
+        fleet = max(agents.sizes(args)[0]) if "fleet" in sections else 0
         minted = max(*args.levels, waiters if "longpoll" in sections else 0, fleet)
         tokens = await build_token_template(server, minted, http_home)
         await section("http", httpbench.run(server, args, args.levels, tokens, http_home))
@@ -243,6 +250,11 @@ def run_program(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """One section that is a program of its own, at the mode's sizes; what it printed."""
     command, full, quick, smoke = PROGRAMS[name]
     argv = [*command, *(smoke if args.smoke else quick if args.quick else full)]
+    needs = NEEDS.get(name)
+    if needs and importlib.util.find_spec(needs) is None:
+        print(f"section {name}: skipped, {needs} is not installed (uv sync --all-extras)")
+        return {"command": "python -m " + " ".join(argv), "exit": 0, "seconds": 0,
+                "output": [f"skipped: {needs} is not installed"], "errors": []}  # fmt: skip
     print(f"section {name}: python -m {' '.join(argv)}", flush=True)
     # bench.ha (backup, failover, walmirror) reuses the test suite's helpers (`support`).
     paths = [str(HERE.parent / "tests"), os.environ.get("PYTHONPATH", "")]
