@@ -1,9 +1,6 @@
-"""The claim configurations: raw-SQL limits, the ledger's SQL and service, PGQueuer, and the
-diagnostics (the product's claim under forced custom plans, the hand-written one with
-triggers off). Each seeds a fresh database with a backlog and yields one operation per
-worker; every worker has a connection of its own (the service: a pool as large as the
-concurrency), so the configurations differ only in what they run.
-"""
+"""The claim configurations (raw-SQL limits, the ledger's SQL and service, PGQueuer) and the
+diagnostics. Every worker has a connection of its own (the service: a pool as large as the
+concurrency), so the configurations differ only in what they run."""
 
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import atexit
 import datetime as dt
-import importlib.util
 import json
 import os
 import platform
@@ -16,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from work_ledger.runtime import migrate_database
 
 HERE = Path(__file__).resolve().parent
 # Without the `bench` dependency group there is no peer: its configurations are skipped.
-HAVE_PGQUEUER = importlib.util.find_spec("pgqueuer") is not None
+HAVE_PGQUEUER = find_spec("pgqueuer") is not None
 TEMPLATES = {"ledger": "bench_tpl_ledger", "bare": "bench_tpl_bare", "pgqueuer": "bench_tpl_pgq"}
 CORE = "claims,diagnostics,scale,http,longpoll,soak"
 SETTINGS = ["server_version", "max_connections", "shared_buffers", "synchronous_commit", "fsync",
@@ -63,7 +63,8 @@ PROGRAMS: dict[str, tuple[list[str], list[str], list[str], list[str]]] = {
     # failover's smoke keeps the 3 s of load: with 1 s its cut-off claim found no holder.
     "failover": (["bench.ha", "failover"], [], ["--rounds", "1"], ["--rounds", "1"]),
 }  # fmt: skip
-NEEDS = {"temporal": "temporalio", "agents": "mcp"}  # the dev dependencies, the mcp extra
+# What a program needs beyond the `bench` group: an extra's module, a dev dependency's CLI.
+NEEDS = {"temporal": ["temporalio", "bin/temporal"], "agents": ["mcp"]}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -250,11 +251,13 @@ def run_program(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """One section that is a program of its own, at the mode's sizes; what it printed."""
     command, full, quick, smoke = PROGRAMS[name]
     argv = [*command, *(smoke if args.smoke else quick if args.quick else full)]
-    needs = NEEDS.get(name)
-    if needs and importlib.util.find_spec(needs) is None:
-        print(f"section {name}: skipped, {needs} is not installed (uv sync --all-extras)")
-        return {"command": "python -m " + " ".join(argv), "exit": 0, "seconds": 0,
-                "output": [f"skipped: {needs} is not installed"], "errors": []}  # fmt: skip
+    bin_dir = Path(sys.executable).parent
+    for need in NEEDS.get(name, []):
+        if not ((bin_dir / need[4:]).exists() if need[:4] == "bin/" else find_spec(need)):
+            why = f"skipped: {need} is not installed (uv sync --all-extras --all-groups)"
+            print(f"section {name}: {why}", flush=True)
+            return {"command": "python -m " + " ".join(argv), "exit": 0, "seconds": 0,
+                    "output": [why], "errors": []}  # fmt: skip
     print(f"section {name}: python -m {' '.join(argv)}", flush=True)
     # bench.ha (backup, failover, walmirror) reuses the test suite's helpers (`support`).
     paths = [str(HERE.parent / "tests"), os.environ.get("PYTHONPATH", "")]
