@@ -288,7 +288,7 @@ if __name__ == "__main__":
     suffix = "-smoke" if arguments.smoke else "-quick" if arguments.quick else ""
     stamp = result["started_at"].replace("+00:00", "Z").replace("-", "").replace(":", "")
     path = Path(arguments.out) / f"run-{stamp}{suffix}.json"
-    checkpoint(result, arguments)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
     (Path(arguments.out) / "partial.json").unlink(missing_ok=True)
     text = report.markdown(result, path.name)
