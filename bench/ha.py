@@ -1,29 +1,14 @@
-"""High availability: backup and restore, database failover, the WAL mirror; each a program
-of its own, with its own servers (the test suite's helpers, `tests/support`):
+"""High availability, each a program with servers of its own (the test suite's helpers,
+`tests/support`; `bench.run` puts `tests` on the PYTHONPATH):
 
     PYTHONPATH=tests uv run python -m bench.ha backup --units 1000000 [--agents 4] [--out DIR]
     PYTHONPATH=tests uv run python -m bench.ha failover [--rounds 3] [--seconds 3] [--lag 0.5]
     PYTHONPATH=tests uv run python -m bench.ha walmirror [--rounds 3] [--seconds 10] [--agents 8]
 
-`backup` builds a ledger of --units units in the embedded default (a fresh WL_HOME), one
-`registered` event each, starts `work-ledger serve` on it and --agents agents that claim
-and release units while `work-ledger backup DEST` runs, then restores DEST into a new
-WL_HOME with `work-ledger restore` and times `work-ledger audit` there: one row of seconds,
-bytes, and the writes the agents had acknowledged meanwhile.
-
-`failover` runs the scenario of tests/faults/test_database_failover.py (a primary and a
-standby, agents through `serve` on a multi-host URL, the primary's WAL sender stopped for
---lag seconds, SIGKILL of the primary, `pg_ctl promote`) --rounds times per standby
-setting, and prints what the history checker found against the promoted server: with a
-synchronous standby nothing acknowledged may be missing; with an asynchronous one, a write
-acknowledged by the primary but not yet streamed is lost.
-
-`walmirror` measures what WL_WAL_MIRROR costs: claims per second through `serve` on the
-embedded default with the WAL streamed synchronously to a second folder and without, in
-alternating rounds on new WL_HOMEs (AGENTS agents claim a unit and release it for
---seconds), then the median of COMMITS one-row commits in turn (the round trip a commit
-waits for). The mirror's folder is on the same disk, so the figures are the cost of the
-synchronous round trip to pg_receivewal and its fsync, not of a second disk.
+`backup` times backup (under agents' load), restore and audit of a large ledger;
+`failover` runs tests/faults/test_database_failover.py's scenario per standby setting;
+`walmirror` compares claims per second and commit time with WL_WAL_MIRROR on and off (the
+mirror on the same disk: the cost of the synchronous round trip, not of a second disk).
 """
 
 from __future__ import annotations
@@ -39,32 +24,27 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from bench.claims import seed_ledger
 from support.embedded_load import embedded_env, embedded_url
 from support.failover import Failover, run_failover
 from support.pgcluster import build_pair, remove
 from support.ports import free_ha_port
-from support.served import Served, client, ledger_env, mint
+from support.served import SECRET, Served, client, ledger_env, mint
 from work_ledger.db.connect import (
     DATABASE_NAME,
     connect,
-    create_pool,
     ensure_database,
     with_database,
 )
-from work_ledger.db.queries import QUERIES
-from work_ledger.db.store import Store
 from work_ledger.embedded.server import embedded_server_url
 from work_ledger.runtime import migrate_database
-from work_ledger.service.tokens import Role, TokenStore
+from work_ledger.service.tokens import Role
 
 WORK_LEDGER = str(Path(sys.executable).with_name("work-ledger"))
-SECRET = "bench-backup-secret"
-BATCH = 50_000
 
 
 def env_for(home: Path) -> dict[str, str]:
@@ -74,71 +54,39 @@ def env_for(home: Path) -> dict[str, str]:
 
 def timed_cli(home: Path, *args: str) -> float:
     started = time.monotonic()
-    done = subprocess.run(
-        [WORK_LEDGER, *args], env=env_for(home), capture_output=True, text=True, check=False
-    )
+    cmd = [WORK_LEDGER, *args]
+    done = subprocess.run(cmd, env=env_for(home), capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     return time.monotonic() - started
 
 
-async def build(url: str, units: int) -> None:
-    """`units` registered units, by the service's own statement in large batches."""
-    conn = await connect(url)
-    try:
-        for start in range(0, units, BATCH):
-            refs = [f"bench-{i:08d}" for i in range(start, min(start + BATCH, units))]
-            domains = [f"d{i % 8}" for i in range(len(refs))]
-            none = [None] * len(refs)
-            # The statement's parameters (db/sql/units.sql): no requirements, no exclusion
-            # keys, the default attempt limit.
-            await conn.fetch(
-                QUERIES["register_units"], refs, ["bench"] * len(refs), domains, none, "bench",
-                [5] * len(refs), [], [], [], none,
-            )  # fmt: skip
-        await conn.execute("VACUUM ANALYZE")
-    finally:
-        await conn.close()
-
-
-async def agents_at_work(base: str, tokens: list[str], stop: asyncio.Event) -> int:
-    """Agents claiming and releasing units until `stop`: how many writes were acknowledged."""
-    acked = 0
-
-    async def agent(token: str) -> None:
-        nonlocal acked
-        headers = {"Authorization": f"Bearer {token}"}
-        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as http:
-            while not stop.is_set():
-                claim = (await http.post("/units/claim", json={})).json()
-                unit = claim["unit"]["id"]
-                body = {"to": "ready", "outcome": "failed", "reason": "bench"}
-                released = await http.post(f"/units/{unit}/transition", json=body)
-                acked += 1 + (released.status_code == 200)
-
-    await asyncio.gather(*(agent(t) for t in tokens))
-    return acked
-
-
-def timed_backup(home: Path, dest: Path) -> tuple[float, int]:
-    return timed_cli(home, "backup", str(dest)), dest.stat().st_size
+async def claim_release(url: str, token: str, stop: Callable[[], bool]) -> int:
+    """An agent claiming a unit and releasing it until `stop()`: how many it claimed."""
+    claims = 0
+    async with client(url, token, timeout=30) as http:
+        while not stop():
+            answer = (await http.post("/units/claim", json={})).json()
+            if answer.get("attempt") is None:
+                continue
+            body = {"to": "ready", "outcome": "abandoned", "attempt_id": answer["attempt"]["id"]}
+            done = await http.post(f"/units/{answer['unit']['id']}/transition", json=body)
+            assert done.status_code == 200, done.text
+            claims += 1
+    return claims
 
 
 async def serve_and_backup(home: Path, url: str, agents: int, dest: Path) -> dict[str, Any]:
-    pool = await create_pool(url, min_size=1, max_size=1)
-    try:
-        minted = TokenStore(Store(pool), SECRET.encode())
-        tokens = [(await minted.create(Role.AGENT, f"b{i}"))[0] for i in range(agents)]
-    finally:
-        await pool.close()
+    tokens = await mint(url, [(Role.AGENT, f"b{i}") for i in range(agents)])
     serve = Served(env_for(home), home)
     await serve.start()
     try:
         stop = asyncio.Event()
-        work = asyncio.create_task(agents_at_work(serve.url, tokens, stop))
+        work = [asyncio.create_task(claim_release(serve.url, t, stop.is_set)) for t in tokens]
         await asyncio.sleep(2)
-        seconds, size = await asyncio.to_thread(timed_backup, home, dest)
+        seconds = await asyncio.to_thread(timed_cli, home, "backup", str(dest))
         stop.set()
-        acked = await work
+        acked = 2 * sum(await asyncio.gather(*work))  # a claim and a release each
+        size = await asyncio.to_thread(os.path.getsize, dest)
         return {"backup_seconds": seconds, "backup_bytes": size, "acked_meanwhile": acked}
     finally:
         serve.stop()
@@ -157,7 +105,9 @@ async def backup(args: Any) -> None:
         await conn.close()
         await migrate_database(url)
         started = time.monotonic()
-        await build(url, args.units)
+        conn = await connect(url)  # registered units, each with its `registered` event
+        await seed_ledger(conn, args.units)
+        await conn.close()
         built = time.monotonic() - started
         conn = await connect(url)
         db_bytes = await conn.fetchval("SELECT pg_database_size(current_database())")
@@ -222,20 +172,6 @@ async def failover(args: Any) -> None:
 COMMITS = 300
 
 
-async def _mirror_agent(url: str, token: str, stop: float) -> int:
-    claims = 0
-    async with client(url, token, timeout=30) as http:
-        while time.monotonic() < stop:
-            answer = (await http.post("/units/claim", json={})).json()
-            if answer.get("attempt") is None:
-                continue
-            body = {"to": "ready", "outcome": "abandoned", "attempt_id": answer["attempt"]["id"]}
-            done = await http.post(f"/units/{answer['unit']['id']}/transition", json=body)
-            assert done.status_code == 200, done.text
-            claims += 1
-    return claims
-
-
 async def _commit_ms(url: str) -> float:
     conn = await connect(url)
     try:
@@ -267,7 +203,8 @@ async def mirror_round(mirror: bool, seconds: float, agents: int) -> tuple[float
             units = [{"external_ref": f"u{i}", "fleet": "f"} for i in range(agents * 4)]
             assert (await op.post("/units", json={"units": units})).status_code == 200
         stop = time.monotonic() + seconds
-        counts = await asyncio.gather(*(_mirror_agent(server.url, t, stop) for t in tokens))
+        agents = (claim_release(server.url, t, lambda: time.monotonic() > stop) for t in tokens)
+        counts = await asyncio.gather(*agents)
         return sum(counts) / seconds, await _commit_ms(embedded_url(home))
     finally:
         server.stop()

@@ -1,21 +1,13 @@
-"""The read side at a year's scale (issue 32): fill a ledger of 1,000,000 units, time what
-a dashboard, `/metrics` and `work-ledger report` read from it, before and after a change.
+"""The read side (issue 32) at a year's scale, and its write path beside the tallies.
 
     uv run --group bench python -m bench.readside fill --home /tmp/wl-readside --through 9
     uv run --group bench python -m bench.readside time --home /tmp/wl-readside --label before
     uv run --group bench python -m bench.readside migrate --home /tmp/wl-readside
     uv run --group bench python -m bench.readside time --home /tmp/wl-readside --label after
-    uv run --group bench python -m bench.readside write --home /tmp/wl-readside
-    uv run --group bench python -m bench.readside table before.json after.json write.json
+    uv run --group bench python -m bench.readside write [--windows 6] [--variants 0023,0027]
 
-`fill` makes database `readside` on the embedded server under `--home` (or on
-WL_DATABASE_URL's server), applies the migrations numbered up to `--through` (the schema
-before the change), and writes the estate with generate_series (`bench/readside.sql`).
-`migrate` applies the rest, which builds any kept summary from what is there. `time`
-times each query (median of `--reps` after one unmeasured run), the first and the warm
-`/metrics` read, and `work-ledger report` at 80 columns as a person runs it. `write` (in
-`bench/readside_write.py`) measures the write path's statements with and without the
-summaries' triggers, side by side. `table` writes the markdown of the runs given.
+`fill` writes 1,000,000 units (bench/readside.sql) under the migrations up to `--through`;
+`migrate` applies the rest; `time` times the dashboard's queries, `/metrics` and `report`.
 """
 
 from __future__ import annotations
@@ -29,12 +21,17 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
+from argparse import RawTextHelpFormatter
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import psutil
 
-from work_ledger.db.connect import connect, ensure_database, with_database
+from bench.claims import sql_life
+from bench.harness import recreated, server_url
+from work_ledger.db.connect import connect, with_database
 from work_ledger.db.migrate import apply_migrations, load_migrations
 from work_ledger.db.queries import QUERIES as NAMED
 from work_ledger.db.queries import parse_named_sql
@@ -43,89 +40,34 @@ from work_ledger.readside.gauges import read_gauges
 FILL = parse_named_sql((Path(__file__).parent / "readside.sql").read_text(encoding="utf-8"))
 DATABASE = "readside"
 RESULTS = Path(__file__).parent / "results"
-
-# What a dashboard panel, a scrape or a report asks, by the name the table shows.
-QUERIES = {
-    "v_queue_depth": "SELECT * FROM v_queue_depth",
-    "v_disposition_summary": "SELECT * FROM v_disposition_summary",
+# What a dashboard panel, a scrape or a report asks, by the name the table shows; a view
+# that exists only from a later migration on is timed where present. (Issue 32's variants of
+# these, compared once, are in results/readside-20261201.md.)
+VIEWS = ["v_queue_depth", "v_disposition_summary", "v_question_wait", "v_stall_counts",
+         "v_budget", "v_cost_by_model", "v_daily", "v_forecast"]  # fmt: skip
+QUERIES = {v: f"SELECT * FROM {v}" for v in VIEWS} | {
+    "v_waiting": "SELECT * FROM v_waiting LIMIT 100",
     "v_rework (summary scopes)": "SELECT * FROM v_rework WHERE scope <> 'unit'",
     "v_cost_per_unit (summary scopes)": "SELECT * FROM v_cost_per_unit WHERE scope <> 'unit'",
-    "v_stall_list (count by domain)": ("SELECT domain, count(*) FROM v_stall_list GROUP BY domain"),
-    "v_stall_list (20 longest silent)": (
-        "SELECT * FROM v_stall_list ORDER BY stalled_seconds DESC LIMIT 20"
-    ),
-    "v_stall_list (20 longest silent, the view's order)": "SELECT * FROM v_stall_list LIMIT 20",
-    "v_question_wait": "SELECT * FROM v_question_wait",
-    "v_question_wait (group rows, as /metrics reads)": (
-        "SELECT * FROM v_question_wait WHERE scope = 'group'"
-    ),
-    "costliest 20 units (v_cost_per_unit unit scope by cost)": (
-        "SELECT * FROM v_cost_per_unit WHERE scope = 'unit' ORDER BY cost_cents DESC LIMIT 20"
-    ),
-    "most attempts, 20 units (v_rework by id from v_cost_per_unit)": (
-        "SELECT * FROM v_rework WHERE scope = 'unit' AND unit_id = ANY (ARRAY(SELECT unit_id"
-        " FROM v_cost_per_unit WHERE scope = 'unit' AND attempts > 1"
-        " ORDER BY attempts DESC, external_ref LIMIT 20))"
-    ),
-    "v_rework unit scope, one keyset page of 50 (ids from v_cost_per_unit)": (
-        "SELECT * FROM v_rework WHERE scope = 'unit' AND unit_id = ANY (ARRAY(SELECT unit_id"
-        " FROM v_cost_per_unit WHERE scope = 'unit' AND attempts > 1"
-        " AND external_ref > 'repo-500' ORDER BY external_ref LIMIT 50))"
-    ),
-    "v_rework unit scope, one keyset page of 50": (
-        "SELECT * FROM v_rework WHERE scope = 'unit' AND external_ref > 'repo-500'"
-        " ORDER BY external_ref LIMIT 50"
-    ),
-    "v_cost_per_unit unit scope, one keyset page of 50": (
-        "SELECT * FROM v_cost_per_unit WHERE scope = 'unit' AND external_ref > 'repo-500'"
-        " ORDER BY external_ref LIMIT 50"
-    ),
-}
-# Views that exist only from a later migration on; timed where present.
-LATER_VIEWS = {
-    "v_stall_counts": "SELECT * FROM v_stall_counts",
-    "v_waiting": "SELECT * FROM v_waiting LIMIT 100",
-    "v_budget": "SELECT * FROM v_budget",
-    "v_cost_by_model": "SELECT * FROM v_cost_by_model",
-    "v_daily": "SELECT * FROM v_daily",
-    "v_daily (the report's 28 days of '(all)')": (
-        "SELECT * FROM v_daily WHERE domain = '(all)'"
-        " AND day >= (now() AT TIME ZONE 'UTC')::date - 28"
-    ),
-    "v_forecast": "SELECT * FROM v_forecast",
-}
+    "v_stall_list (20 longest silent)":
+        "SELECT * FROM v_stall_list ORDER BY stalled_seconds DESC LIMIT 20",
+    "v_question_wait (group rows, as /metrics reads)":
+        "SELECT * FROM v_question_wait WHERE scope = 'group'",
+    "v_cost_per_unit unit scope, one keyset page of 50": "SELECT * FROM v_cost_per_unit WHERE"
+        " scope = 'unit' AND external_ref > 'repo-500' ORDER BY external_ref LIMIT 50",
+    "v_daily (the report's 28 days of '(all)')": "SELECT * FROM v_daily WHERE domain = '(all)'"
+        " AND day >= (now() AT TIME ZONE 'UTC')::date - 28",
+}  # fmt: skip
 # The report's own queries from migration 0017 on (v_costliest_units, v_most_attempted_units).
 RANKED = {
-    "costliest 20 units (report: v_costliest_units, then v_cost_per_unit by id)": (
-        "read_costliest_units",
-        (None, 20),
-    ),
+    "costliest 20 units (report)": ("read_costliest_units", (None, 20)),
     "costliest 20 units of one domain (report)": ("read_costliest_units", ("estate/search-1", 20)),
-    "most attempts, 20 units (report: v_most_attempted_units, then v_rework by id)": (
-        "read_reworked_units",
-        (None, 20),
-    ),
+    "most attempts, 20 units (report)": ("read_reworked_units", (None, 20)),
 }
-
-
-def server_url(home: Path) -> str:
-    """The admin URL: WL_DATABASE_URL's server when set, else the embedded one under home."""
-    if os.environ.get("WL_DATABASE_URL"):
-        return os.environ["WL_DATABASE_URL"]
-    from work_ledger.embedded.server import embedded_server_url
-
-    return embedded_server_url(home)
 
 
 async def fill(admin_url: str, *, units: int, events_per_unit: int, through: int) -> dict[str, Any]:
-    admin = await connect(admin_url)
-    try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-    finally:
-        await admin.close()
-    await ensure_database(admin_url, DATABASE)
-    url = with_database(admin_url, DATABASE)
-    conn = await connect(url)
+    conn = await connect(await recreated(admin_url, DATABASE))
     timings: dict[str, float] = {}
     try:
         await apply_migrations(
@@ -135,33 +77,24 @@ async def fill(admin_url: str, *, units: int, events_per_unit: int, through: int
         await conn.execute(
             "SELECT set_config('wl_bench.events_per_unit', $1, false)", str(events_per_unit)
         )
-        for step in ("fill_units", "fill_attempts", "fill_questions", "fill_events", "fill_done"):
+        steps = ["fill_units", "fill_attempts", "fill_questions", "fill_events", "fill_done"]
+        if await conn.fetchval("SELECT to_regclass('cost_records') IS NOT NULL"):
+            steps.append("fill_costs")  # 0011 on: a cost record per attempt that cost anything
+        for step in steps:
             t0 = time.perf_counter()
             # One statement at a time: VACUUM refuses to run in a script's implicit transaction.
             for statement in FILL[step].split(";\n"):
                 await conn.execute(statement)
             timings[step] = round(time.perf_counter() - t0, 1)
             print(f"{step}: {timings[step]} s", flush=True)
-        if await conn.fetchval("SELECT to_regclass('cost_records') IS NOT NULL"):
-            # A schema with cost records (0011 on): one per attempt that cost anything, so
-            # the course's days (0023) have cost to sum.
-            t0 = time.perf_counter()
-            for statement in FILL["fill_costs"].split(";\n"):
-                await conn.execute(statement)
-            timings["fill_costs"] = round(time.perf_counter() - t0, 1)
-            print(f"fill_costs: {timings['fill_costs']} s", flush=True)
         # Triggers were off: a schema that keeps summaries builds them from what is there.
         if await conn.fetchval("SELECT to_regproc('wl_rebuild_read_summaries') IS NOT NULL"):
             await conn.execute("SELECT wl_rebuild_read_summaries()")
-        counts = await conn.fetchrow(
-            "SELECT (SELECT count(*) FROM work_units) AS units,"
-            " (SELECT count(*) FROM work_unit_attempts) AS attempts,"
-            " (SELECT count(*) FROM work_unit_events) AS events,"
-            " (SELECT count(*) FROM blocking_questions) AS questions"
-        )
+        tables = ("work_units", "work_unit_attempts", "work_unit_events", "blocking_questions")
+        counts = {t: await conn.fetchval(f"SELECT count(*) FROM {t}") for t in tables}
     finally:
         await conn.close()
-    return {"fill_seconds": timings, **dict(counts or {})}
+    return {"fill_seconds": timings, **counts}
 
 
 async def migrate(admin_url: str) -> dict[str, Any]:
@@ -176,39 +109,23 @@ async def migrate(admin_url: str) -> dict[str, Any]:
     return {"applied": [m.version for m in applied], "seconds": round(seconds, 1)}
 
 
-async def _median_ms(
-    conn: asyncpg.Connection, sql: str, reps: int, args: tuple[Any, ...] = ()
-) -> float:
-    await conn.fetch(sql, *args)
+async def _median_ms(conn: asyncpg.Connection, reps: int, call: Any) -> float:
+    await call()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        await conn.fetch(sql, *args)
+        await call()
         times.append((time.perf_counter() - t0) * 1000)
     return round(statistics.median(times), 1)
 
 
-def _report_run(url: str, *extra: str) -> dict[str, Any]:
-    """`work-ledger report` as a person runs it in a terminal of 80 columns."""
+def run_report(url: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """`work-ledger report` as a person runs it in a terminal of 80 columns; its seconds."""
     env = {**os.environ, "WL_DATABASE_URL": url, "COLUMNS": "80", "TERM": "dumb"}
     t0 = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "work_ledger.cli", "report", *extra],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    seconds = time.perf_counter() - t0
-    lines = done.stdout.splitlines()
-    return {
-        "seconds": round(seconds, 2),
-        "lines": len(lines),
-        "widest": max((len(line) for line in lines), default=0),
-        "exit": done.returncode,
-        "stderr": done.stderr[-2000:],
-        "output": done.stdout,
-    }
+    cmd = [sys.executable, "-m", "work_ledger.cli", "report"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    return done, time.perf_counter() - t0
 
 
 async def time_reads(admin_url: str, *, label: str, reps: int) -> dict[str, Any]:
@@ -217,102 +134,203 @@ async def time_reads(admin_url: str, *, label: str, reps: int) -> dict[str, Any]
     try:
         t0 = time.perf_counter()
         await read_gauges(conn)
-        first_scrape = (time.perf_counter() - t0) * 1000
+        ms = {"/metrics read (first, cold)": round((time.perf_counter() - t0) * 1000, 1)}
         present = {r["viewname"] for r in await conn.fetch("SELECT viewname FROM pg_views")}
-        later = {k: v for k, v in LATER_VIEWS.items() if k in present}
-        queries = {**QUERIES, **later}
-        results = {name: await _median_ms(conn, sql, reps) for name, sql in queries.items()}
+        for name, sql in QUERIES.items():
+            if sql.split(" FROM ")[1].split()[0] in present:
+                ms[name] = await _median_ms(conn, reps, lambda sql=sql: conn.fetch(sql))
         if "v_costliest_units" in present:
             for name, (query, args) in RANKED.items():
-                results[name] = await _median_ms(conn, NAMED[query], reps, args)
-        scrapes = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            await read_gauges(conn)
-            scrapes.append((time.perf_counter() - t0) * 1000)
-        results["/metrics read (first, cold)"] = round(first_scrape, 1)
-        results["/metrics read (warm, median)"] = round(statistics.median(scrapes), 1)
+                ms[name] = await _median_ms(
+                    conn, reps, lambda q=query, a=args: conn.fetch(NAMED[q], *a)
+                )
+        ms["/metrics read (warm, median)"] = await _median_ms(conn, reps, lambda: read_gauges(conn))
         migrations = await conn.fetchval("SELECT max(version) FROM wl_schema_migrations")
     finally:
         await conn.close()
-    report = _report_run(url)
-    print(report["output"][:6000])
-    results["work-ledger report (80 columns, whole command)"] = round(report["seconds"] * 1000)
-    return {
-        "label": label,
-        "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "migrations_through": migrations,
-        "load_average": os.getloadavg(),
-        "ms": results,
-        "report": {k: v for k, v in report.items() if k != "output"},
-        "report_output": report["output"],
+    report, seconds = run_report(url)
+    ms["work-ledger report (80 columns, whole command)"] = round(seconds * 1000)
+    print(report.stdout[:6000], report.stderr[-2000:])
+    lines = report.stdout.splitlines()
+    shape = {
+        "exit": report.returncode,
+        "lines": len(lines),
+        "widest": max(map(len, lines), default=0),
     }
+    at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    return {"label": label, "at": at, "migrations_through": migrations, "ms": ms,
+            "load_average": os.getloadavg(), "report": shape,
+            "report_output": report.stdout}  # fmt: skip
 
 
-def markdown(runs: list[dict[str, Any]]) -> str:
-    timed = [r for r in runs if "ms" in r]
-    head = "| query | " + " | ".join(f"{r['label']} (ms)" for r in timed) + " |"
-    lines = [head, "|---|" + "---:|" * len(timed)]
-    names = list(dict.fromkeys(name for r in timed for name in r["ms"]))
-    for name in names:
-        cells = [f"{r['ms'][name]:,}" if name in r["ms"] else "" for r in timed]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    for r in timed:
-        rep = r["report"]
-        lines.append(
-            f"\n{r['label']}: {r['at']}, migrations through {r['migrations_through']}, load "
-            f"{r['load_average'][0]:.1f}; report: {rep['lines']:,} lines, widest "
-            f"{rep['widest']} columns, exit {rep['exit']}."
+# -- the write path -------------------------------------------------------------------------
+# Each variant's database and the migrations left out of it: `0019` the guard notes each unit
+# change as a change row, folded into the tallies by wl_fold_read_summaries(); `0023` adds
+# the program's course (change rows numbered and timed, notes of attempts' ends, claims and
+# costs, folded into days), the cost per model still upserted by 0014's trigger; `0027` (all
+# migrations) notes the cost per model and folds it like the rest; `off` keeps nothing (no
+# tally triggers, no 0014 cost-per-model trigger: the baseline, the guard as before 0019).
+VARIANTS: dict[str, tuple[str, set[int]]] = {
+    "0019": ("readside_write_0019", {23, 27}),
+    "0023": ("readside_write_0023", {27}),
+    "0027": ("readside_write", set()),
+    "off": ("readside_write_off", {19, 23, 27}),
+}
+TRIGGERS = (
+    ("work_units", "read_summaries_on_insert"),
+    ("work_units", "read_summaries_on_update"),
+    ("cost_records", "cost_by_model_on_record"),
+)
+FOLD_SECONDS = 1.0
+FOLD_EVERY_LIVES = 200  # 1,000 change rows: serve's FOLD_MIN_ROWS
+CHUNK = 10
+# One link per unit, as a real fleet records them (a link shared by every unit would make
+# its row in wl_disposed_links a hot row: each disposal carrying it counts it there).
+EVIDENCE = "https://ci.example.com/runs/{}"
+WARM_LIVES = 500
+WARM_SECONDS = 2.0
+ROUNDS, WORKERS, WINDOW = 100, 64, 4.0
+
+
+async def _fresh(admin_url: str, database: str, skip: set[int]) -> str:
+    url = await recreated(admin_url, database)
+    conn = await connect(url)
+    try:
+        await apply_migrations(
+            conn, migrations=[m for m in load_migrations() if m.version not in skip]
         )
-    for r in runs:
-        if "over_off" in r:
-            lines += _write_table(r)
-    return "\n".join(lines) + "\n"
+        await conn.execute(
+            "INSERT INTO work_units (external_ref, fleet, domain) SELECT 'w-' || g, 'bench',"
+            " 'domain-' || (g % 40) FROM generate_series(1, 60000) AS g"
+        )
+        # Some history before the statistics are taken: planned against an empty attempts
+        # table, the statements' cached plans scan it whole until autovacuum analyzes it, at
+        # a different moment in each database. The backlog's change rows are folded here:
+        # they are the registration's, not the lives'.
+        for _ in range(WARM_LIVES):
+            await sql_life(conn, "warm-up", EVIDENCE)
+        await conn.execute("SELECT wl_fold_read_summaries()")
+        await conn.execute("VACUUM ANALYZE")
+    finally:
+        await conn.close()
+    return url
 
 
-def _write_table(run: dict[str, Any]) -> list[str]:
-    """The write path with each schema's triggers and with none, side by side."""
-    serial, rates, ratios = run["serial"], run["lives_per_s_median"], run["over_off"]
-    kept = [v for v in serial if v != "off"]  # runs before 0019 had 0016 and 0017 only
-    heads = {
-        "0016": "0016 (row triggers)",
-        "0017": "0017 (change rows + fold)",
-        "0019": "0019 (noted by the guard)",
-        "0023": "0023 (and the course's days)",
-        "0027": "0027 (cost per model folded)",
-    }
-    lines = [
-        "",
-        f"Write path: {run['rounds']} rounds of {run['chunk']} serial lives per database,"
-        f" round-robin; {run['windows']} windows of {run['workers']} connections for"
-        f" {run['window_seconds']} s, rotating order (the change rows are folded every"
-        f" {run['fold_every_lives']} serial lives and every {run['fold_seconds']} s"
-        " concurrently, inside the measured figures):",
-        "",
-        "| figure | " + " | ".join(heads[v] for v in kept) + " | off |",
-        "|---|" + "---:|" * (len(kept) + 1),
-    ]
-    for label, key in (("backend CPU per life (ms)", "cpu_ms"), ("wall per life (ms)", "wall_ms")):
-        cells = " | ".join(str(serial[v][key]) for v in (*kept, "off"))
-        lines.append(f"| PostgreSQL {label} | {cells} |")
-    cells = " | ".join(str(rates[v]) for v in (*kept, "off"))
-    lines.append(f"| lives per second, 64 connections (median) | {cells} |")
-    for label, key in (
-        ("CPU per life ÷ off", "backend CPU per life"),
-        ("wall per life ÷ off", "wall per serial life"),
-        (
-            "lives/s at 64 ÷ off (median of per-round ratios)",
-            "lives per s at c=64 (median of per-round ratios)",
-        ),
-    ):
-        lines.append(f"| {label} | " + " | ".join(str(ratios[v][key]) for v in kept) + " | 1 |")
-    return lines
+async def _concurrent(conns: list[asyncpg.Connection], seconds: float, folder: Any) -> float:
+    """Lives per second of all connections over one window, with a fold every second
+    beside them, as serve runs it. The window ends when the workers stop: in a steady state
+    each fold takes in about a second of changes, so the folds inside a window do its share.
+    (Until 2026-12-02 it also waited for a last fold of everything: a serial tail charged to
+    the folded variants only.)"""
+    done, stop = 0, time.perf_counter() + seconds
+
+    async def fold() -> None:
+        while True:
+            await asyncio.sleep(FOLD_SECONDS)
+            if time.perf_counter() >= stop:
+                return
+            await folder.execute("SELECT wl_fold_read_summaries(1000)")
+
+    async def worker(i: int, conn: asyncpg.Connection) -> None:
+        nonlocal done
+        agent = f"c{i}-{uuid.uuid4().hex[:6]}"
+        while time.perf_counter() < stop and await sql_life(conn, agent, EVIDENCE) is not None:
+            done += 1
+
+    t0 = time.perf_counter()
+    folding = asyncio.create_task(fold()) if folder is not None else None
+    await asyncio.gather(*(worker(i, c) for i, c in enumerate(conns)))
+    elapsed = time.perf_counter() - t0
+    if folding is not None:
+        await folding
+    return done / elapsed
+
+
+async def measure_write(admin_url: str, windows: int, only: list[str] | None) -> dict[str, Any]:
+    """Two figures, the databases taken in turn in small slices so that load from elsewhere
+    falls on all alike: serial, one connection per database running CHUNK lives at a time,
+    round-robin for ROUNDS rounds, its backend's CPU (from /proc: the server must run on
+    this machine) and wall time per life, folding every FOLD_EVERY_LIVES; concurrent,
+    WORKERS connections per WINDOW s, the databases in rotating order, lives per second and
+    the ratio to `off` of the same round. The connections are new each round (four
+    databases' 64 would pass max_connections), so each window follows WARM_SECONDS of
+    uncounted lives: a new backend plans the statements and compiles the plpgsql first,
+    which serve's pool pays once per connection. Afterwards each database's tallies are
+    rebuilt and checked against the tables."""
+    names = [n for n in VARIANTS if only is None or n in only or n == "off"]
+    urls = {n: await _fresh(admin_url, VARIANTS[n][0], VARIANTS[n][1]) for n in names}
+    off = await connect(urls["off"])
+    for table, trigger in TRIGGERS:
+        await off.execute(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}")
+    await off.close()
+    serial = {n: await connect(urls[n]) for n in names}
+    pids = {n: await c.fetchval("SELECT pg_backend_pid()") for n, c in serial.items()}
+    backends = {n: psutil.Process(pid) for n, pid in pids.items()}
+    cpu, wall, lives = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0), dict.fromkeys(names, 0)
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    k = len(names)
+    try:
+        for r in range(ROUNDS):
+            for n in names[r % k :] + names[: r % k]:
+                before, t0 = backends[n].cpu_times(), time.perf_counter()
+                for _ in range(CHUNK):
+                    await sql_life(serial[n], f"serial-{n}", EVIDENCE)
+                    lives[n] += 1
+                    if n != "off" and lives[n] % FOLD_EVERY_LIVES == 0:
+                        await serial[n].execute("SELECT wl_fold_read_summaries()")
+                wall[n] += time.perf_counter() - t0
+                after = backends[n].cpu_times()
+                cpu[n] += after.user - before.user + after.system - before.system
+        print(f"serial: {ROUNDS} rounds of {CHUNK} lives", flush=True)
+        for w in range(windows):
+            for n in names[w % k :] + names[: w % k]:
+                conns = [await connect(urls[n]) for _ in range(WORKERS)]
+                folder = await connect(urls[n]) if n != "off" else None
+                try:
+                    await _concurrent(conns, WARM_SECONDS, folder)  # untimed: warms the backends
+                    rates[n].append(await _concurrent(conns, WINDOW, folder))
+                finally:
+                    for conn in (*conns, *([folder] if folder else [])):
+                        await conn.close()
+            print(f"window {w + 1}/{windows}", flush=True)
+    finally:
+        for conn in serial.values():
+            await conn.close()
+    drift = {}
+    for n, url in urls.items():
+        conn = await connect(url)
+        for table, trigger in TRIGGERS if n == "off" else ():
+            await conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}")
+        await conn.execute("SELECT wl_rebuild_read_summaries()")
+        drift[n] = await conn.fetchval("SELECT count(*) FROM wl_read_summary_drift()")
+        await conn.close()
+    per_life = {n: {"lives": lives[n], "cpu_ms": round(cpu[n] * 1000 / lives[n], 3),
+                    "wall_ms": round(wall[n] * 1000 / lives[n], 3)} for n in names}  # fmt: skip
+
+    def over(a: str, b: str) -> dict[str, float]:
+        return {
+            "backend CPU per life": round(per_life[a]["cpu_ms"] / per_life[b]["cpu_ms"], 3),
+            "wall per serial life": round(per_life[a]["wall_ms"] / per_life[b]["wall_ms"], 3),
+            "lives per s at c=64 (median of per-round ratios)": round(
+                statistics.median(x / y for x, y in zip(rates[a], rates[b], strict=True)), 3
+            ),
+        }
+
+    steps = [(a, b) for a, b in (("0023", "0019"), ("0027", "0023")) if {a, b} <= set(names)]
+    ratios = {n: over(n, "off") for n in names if n != "off"}
+    return {
+        "rounds": ROUNDS, "chunk": CHUNK, "windows": windows, "workers": WORKERS,
+        "window_seconds": WINDOW, "warm_seconds": WARM_SECONDS, "fold_seconds": FOLD_SECONDS,
+        "fold_every_lives": FOLD_EVERY_LIVES, "serial": per_life,
+        "lives_per_s_median": {n: round(statistics.median(v), 1) for n, v in rates.items()},
+        "over_off": ratios | {f"{a} over {b}": over(a, b) for a, b in steps},
+        "drift_rows_after_rebuild": drift, "raw_lives_per_s": rates,
+    }  # fmt: skip
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=["fill", "migrate", "time", "write", "table"])
-    parser.add_argument("files", nargs="*", type=Path, help="`table`: the runs' JSON files")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=RawTextHelpFormatter)
+    parser.add_argument("step", choices=["fill", "migrate", "time", "write"])
     parser.add_argument("--home", type=Path, default=Path("/tmp/wl-readside"))
     parser.add_argument("--units", type=int, default=1_000_000)
     parser.add_argument("--events-per-unit", type=int, default=10)
@@ -320,32 +338,22 @@ def main() -> None:
     parser.add_argument("--label", default="run")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--windows", type=int, default=6, help="`write`: concurrent windows")
-    parser.add_argument(
-        "--variants", help="`write`: the schemas to compare, e.g. 0023,0027 (default: all)"
-    )
+    parser.add_argument("--variants", help="`write`: the schemas to compare, e.g. 0023,0027")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    if args.step == "table":
-        runs = [json.loads(p.read_text()) for p in args.files]
-        text = markdown(runs)
-        out = args.out or RESULTS / f"readside-{dt.date.today():%Y%m%d}.md"
-        out.write_text(text)
-        print(text)
-        return
     url = server_url(args.home)
     if args.step == "fill":
-        result = asyncio.run(
-            fill(url, units=args.units, events_per_unit=args.events_per_unit, through=args.through)
+        work = fill(
+            url, units=args.units, events_per_unit=args.events_per_unit, through=args.through
         )
     elif args.step == "migrate":
-        result = asyncio.run(migrate(url))
+        work = migrate(url)
     elif args.step == "write":
-        from bench.readside_write import measure_write
-
         only = args.variants.split(",") if args.variants else None
-        result = asyncio.run(measure_write(url, windows=args.windows, only=only))
+        work = measure_write(url, args.windows, only)
     else:
-        result = asyncio.run(time_reads(url, label=args.label, reps=args.reps))
+        work = time_reads(url, label=args.label, reps=args.reps)
+    result = asyncio.run(work)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or RESULTS / f"readside-{args.step}-{args.label}-{stamp}.json"
     out.write_text(json.dumps(result, indent=2, default=str))

@@ -1,13 +1,5 @@
-"""The Markdown rendering of one run's JSON, or of several (later files add their sections).
-
-    python -m bench.report [--pool] bench/results/run-A.json [bench/results/run-B.json]
-
-With several files, each section is taken from the last file that has it, and the goals
-and ratios are recomputed over the merged figures; the header names every source run.
-With `--pool`, the runs measured the same code: every repetition of every run counts, each
-figure the median of them all (a steadier verdict than one run's three repetitions, when
-the machine's speed drifts by ±10 % between runs).
-"""
+"""The goals, as ratios of figures measured in the same run, and the Markdown of a run
+(`python -m bench.report RUN.json` renders a saved run again)."""
 
 from __future__ import annotations
 
@@ -16,8 +8,145 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import ab, diagnose, endurance, goals, scale
-from bench.harness import median_of
+
+def _get(node: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _goal(name: str, value: float | None, op: str, bound: float, how: str) -> dict[str, Any]:
+    passed = value is not None and (value >= bound if op == ">=" else value <= bound)
+    verdict = "NOT MEASURED" if value is None else "PASS" if passed else "FAIL"
+    value = None if value is None else round(value, 3)
+    return {"goal": name, "value": value, "bound": f"{op} {bound}", "verdict": verdict, "how": how}
+
+
+ITEMS, CPU, P99 = "items_per_s", "app_cpu_ms_per_item", "claim_p99_ms"
+EVERY, HTTP, AT64 = None, (16, 64), (64,)
+# (section, ours, section, limit, figure, op, bound, levels (None: every level), goal)
+RATIO_GOALS = [
+    ("claims", "service_claim", "claims", "raw_ledger_claim", ITEMS, ">=", 0.9, EVERY,
+     "service_claim ≥ 0.9x raw_ledger_claim"),
+    ("claims", "service_claim_finish", "claims", "raw_ledger_claim_finish", ITEMS, ">=", 0.9,
+     EVERY, "service_claim_finish ≥ 0.9x raw_ledger_claim_finish"),
+    ("claims", "service_life", "claims", "raw_ledger_life", ITEMS, ">=", 0.9, EVERY,
+     "service_life ≥ 0.9x raw_ledger_life"),
+    ("claims", "ledger_sql_claim_controls", "claims", "ledger_sql_claim", ITEMS, ">=", 0.9, HTTP,
+     "pull-next with keys, caps and pauses elsewhere ≥ 0.9x without (issue 38)"),
+    ("claims", "ledger_sql_claim", "claims", "raw_ledger_claim", ITEMS, ">=", 0.85, EVERY,
+     "product pull-next SQL ≥ 0.85x hand-written claim CTE"),
+    # Issue 43: unkeyed ≥ 0.8, keyed (as agents send) ≥ 0.7.
+    ("http", "http_claim", "http", "asgi_raw_claim", ITEMS, ">=", 0.8, HTTP,
+     "HTTP claim+start ≥ 0.8x bare ASGI app"),
+    ("http", "http_claim_keyed", "http", "asgi_raw_claim", ITEMS, ">=", 0.7, HTTP,
+     "HTTP claim+start keyed ≥ 0.7x bare"),
+    ("http", "http_life", "http", "asgi_raw_life", ITEMS, ">=", 0.8, HTTP,
+     "HTTP life (5 requests) ≥ 0.8x bare ASGI app"),
+    ("http", "http_life_keyed", "http", "asgi_raw_life", ITEMS, ">=", 0.7, HTTP,
+     "HTTP life keyed ≥ 0.7x bare ASGI app"),
+    ("http", "http_claim_budget", "http", "http_claim", ITEMS, ">=", 0.9, HTTP,
+     "HTTP claim+start, 1,000 budgets ≥ 0.9x none"),
+    ("http", "http_claim_controls", "http", "http_claim", ITEMS, ">=", 0.9, HTTP,
+     "HTTP claim+start, controls ≥ 0.9x none"),
+    ("http", "http_life_by_model", "http", "http_life", ITEMS, ">=", 0.9, HTTP,
+     "HTTP life, cost by model ≥ 0.9x cents alone"),
+    ("http", "http_claim", "http", "asgi_raw_claim", CPU, "<=", 1.6, HTTP,
+     "serve app CPU per claim+start ≤ 1.6x the bare app's"),
+    ("http", "http_claim", "claims", "raw_ledger_claim", P99, "<=", 3.0, AT64,
+     "HTTP claim p99 ≤ 3x raw ledger-shaped statement p99"),
+    ("http", "http_claim", "claims", "pgqueuer_manager", ITEMS, ">=", 1.5, AT64,
+     "HTTP claim ≥ 1.5x PGQueuer QueueManager"),
+]  # fmt: skip
+
+
+def evaluate(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
+    out = []
+    for sec, ours, lsec, limit, figure, op, bound, only, name in RATIO_GOALS:
+        for c in (x for x in levels if only is None or x in only):
+            a = _get(result, sec, "median", ours, str(c), figure)
+            b = _get(result, lsec, "median", limit, str(c), figure)
+            how = f"{figure} of {ours} ÷ {figure} of {limit}, medians"
+            out.append(_goal(f"{name} (c={c})", _ratio(a, b), op, bound, how))
+    claim, lp, soak = (
+        _get(result, *k) or {} for k in (("scale", "claim"), ("longpoll",), ("soak",))
+    )
+    small, large = claim.get("sizes", {"small": 1000, "large": 1000000}).values()
+    out += [
+        _goal(f"claim p50 at {large:,} ready ≤ 1.2x at {small:,}",
+              _ratio(_get(claim, "large", "claim_p50_ms"), _get(claim, "small", "claim_p50_ms")),
+              "<=", 1.2, "service claim p50 (c=1) with the large backlog ÷ with the small one"),
+        _goal("long-poll wake-up p50 ≤ 50 ms", lp.get("wake_p50_ms"), "<=", 50, ""),
+        _goal("long-poll database connections ≤ 5", lp.get("db_connections_max"), "<=", 5,
+              "serve's open connections, max over the run"),
+        _goal("long-poll server RSS ≤ 200 MB", lp.get("server_rss_mb_max"), "<=", 200, ""),
+        _goal("soak: claim p50 last 10% ≤ 1.5x first 10%",
+              _ratio(_get(soak, "last", "claim_p50_ms"), _get(soak, "first", "claim_p50_ms")),
+              "<=", 1.5, "claim p50 over the last tenth of the lives ÷ over the first tenth"),
+    ]  # fmt: skip
+    # The largest fleet on one serve: no errors, and RSS and descriptors flat.
+    runs = [r for r in _get(result, "fleet", "runs") or [] if r["replicas"] == 1]
+    if runs:
+        r = max(runs, key=lambda x: x["agents"])
+        flat = "median of the last third of the samples ÷ of the first third"
+        p99 = f"claim p99 {round(r['claim_p99_ms'] or 0, 1)} ms over {r['seconds']} s"
+        name = f"fleet: {r['agents']} agents on one serve, errors = 0"
+        out.append(_goal(name, r["errors"], "<=", 0, p99))
+        for key, bound in (("serve_rss_mb", 1.1), ("serve_fds", 1.2)):
+            value = (r[key].get("flat") or [None])[0]  # an older run's JSON may lack it
+            out.append(_goal(f"fleet: {key} flat (≤ {bound}x)", value, "<=", bound, flat))
+    return out
+
+
+PAIRS = [  # (section, ours, its limit)
+    ("claims", "ledger_sql_claim", "raw_ledger_claim"),
+    ("claims", "raw_ledger_claim", "raw_bare_claim"),
+    ("claims", "service_claim", "ledger_sql_claim"),
+    ("claims", "service_claim", "raw_ledger_claim"),
+    ("claims", "service_claim_finish", "raw_ledger_claim_finish"),
+    ("claims", "service_life", "raw_ledger_life"), ("http", "http_claim", "asgi_raw_claim"),
+    ("http", "http_life", "asgi_raw_life"), ("http", "http_claim_keyed", "http_claim"),
+    ("http", "http_life_keyed", "http_life"), ("http", "http_claim_budget", "http_claim"),
+    ("http", "http_claim_controls", "http_claim"), ("http", "http_life_by_model", "http_life"),
+]  # fmt: skip
+
+
+def _cpu_per_item(m: dict[str, Any]) -> float | None:
+    parts = [m.get("client_cpu_ms_per_item"), m.get("server_cpu_ms_per_item")]
+    return None if None in parts else sum(parts) + (m.get("app_cpu_ms_per_item") or 0.0)  # type: ignore[arg-type]
+
+
+def cost_ratios(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any]]:
+    """Throughput and CPU-per-item ratios of each configuration against its limit. CPU per
+    item (client + PostgreSQL + app) barely moves when other work competes for the cores:
+    the steadier of the two on a shared machine."""
+    rows = []
+    for section, ours, limit in PAIRS:
+        for c in levels:
+            a, b = (
+                _get(result, section, "median", ours, str(c)),
+                _get(result, section, "median", limit, str(c)),
+            )
+            if a and b:
+                cpu_a, cpu_b = _cpu_per_item(a), _cpu_per_item(b)
+                rows.append(
+                    {
+                        "ours": ours,
+                        "limit": limit,
+                        "c": c,
+                        "throughput_ratio": _ratio(a[ITEMS], b[ITEMS]),
+                        "cpu_ms_per_item": cpu_a,
+                        "limit_cpu_ms_per_item": cpu_b,
+                        "cpu_ratio": _ratio(cpu_a, cpu_b),
+                    }
+                )
+    return rows
 
 
 def _n(x: Any, digits: int = 0) -> str:
@@ -25,164 +154,116 @@ def _n(x: Any, digits: int = 0) -> str:
         return "-"
     if isinstance(x, bool):
         return "yes" if x else "no"
-    if isinstance(x, int | float):
-        return f"{x:,.{digits}f}"
-    return str(x)
+    return f"{x:,.{digits}f}" if isinstance(x, int | float) else str(x)
 
 
-def claims_table(claims: dict[str, Any]) -> list[str]:
-    lines = [
-        "| config | c | items/s | claim p50 ms | claim p99 ms | client CPU % | server CPU % "
-        "| other CPU % | client ms/item | server ms/item | first use s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+def table(rows: list[dict[str, Any]], columns: list[tuple[str, str, int]]) -> list[str]:
+    """A Markdown table: (key, heading, digits) per column; text for digits < 0."""
+    lines = ["| " + " | ".join(h for _, h, _ in columns) + " |"]
+    lines.append("|" + "|".join("---" if d < 0 else "---:" for *_, d in columns) + "|")
+    for row in rows:
+        cells = [str(row.get(k, "")) if d < 0 else _n(row.get(k), d) for k, _, d in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+MEDIANS = [
+    ("name", "config", -1), ("c", "c", -1), (ITEMS, "items/s", 0), ("claim_p50_ms", "p50 ms", 2),
+    (P99, "p99 ms", 2), ("client_cpu_pct", "client CPU %", 0), ("app_cpu_pct", "app CPU %", 0),
+    ("server_cpu_pct", "server CPU %", 0), ("other_cpu_pct", "other CPU %", 0),
+    ("client_cpu_ms_per_item", "client ms/item", 3), (CPU, "app ms/item", 3),
+    ("server_cpu_ms_per_item", "server ms/item", 3), ("db_connections", "DB conns", 0),
+    ("app_rss_mb", "app RSS MB", 0),
+]  # fmt: skip
+AB = [("loop", "loop", -1), ("c", "c", -1), ("r_items_per_s", "B/A items/s", 3),
+      ("r_claim_p99_ms", "B/A claim p99", 3), ("r_app_cpu_ms_per_item", "B/A serve CPU/item", 3),
+      ("A_items", "A items/s", 0), ("B_items", "B items/s", 0)]  # fmt: skip
+AB = [("loop", "loop", -1), ("c", "c", -1), ("r_items_per_s", "B/A items/s", 3),
+      ("r_claim_p99_ms", "B/A claim p99", 3), ("r_app_cpu_ms_per_item", "B/A serve CPU/item", 3),
+      ("A_items", "A items/s", 0), ("B_items", "B items/s", 0)]  # fmt: skip
+GOALS = [("goal", "goal", -1), ("value", "measured", 3), ("bound", "bound", -1),
+         ("verdict", "verdict", -1)]  # fmt: skip
+RATIOS = [
+    ("ours", "ours", -1), ("limit", "limit", -1), ("c", "c", 0),
+    ("throughput_ratio", "throughput ratio", 2), ("cpu_ms_per_item", "ours CPU ms/item", 3),
+    ("limit_cpu_ms_per_item", "limit CPU ms/item", 3), ("cpu_ratio", "CPU ratio", 2),
+]  # fmt: skip
+
+
+def medians_table(section: dict[str, Any]) -> list[str]:
+    rows = [
+        {"name": n, "c": c, **m} for n, by_c in section["median"].items() for c, m in by_c.items()
     ]
-    for name, by_c in claims["median"].items():
-        for c, m in by_c.items():
+    columns = [col for col in MEDIANS if any(r.get(col[0]) is not None for r in rows)]
+    lines = [*table(rows, columns), "", "What one item's measured loop includes:", ""]
+    return lines + [f"- `{name}`: {cfg['loop']}" for name, cfg in section["configs"].items()]
+
+
+def figures(node: Any, prefix: str = "") -> list[str]:
+    """Every figure of a section as `| figure | value |` rows; plans as excerpts."""
+    lines = []
+    for key, value in node.items():
+        if "explain" in key:
+            plans = value.values() if isinstance(value, dict) else [value]
+            keep = ("Index", "Rows Removed", "Time", "Buffers")
+            for plan in plans:
+                lines.append(f"| {prefix}{key} | " + "; ".join(
+                    x.strip() for x in plan if any(k in x for k in keep)) + " |")  # fmt: skip
+        elif isinstance(value, dict):
+            lines += figures(value, f"{prefix}{key}.")
+        elif key not in ("samples", "runs", "windows"):
             lines.append(
-                f"| {name} | {c} | {_n(m['items_per_s'])} | {_n(m['claim_p50_ms'], 2)} "
-                f"| {_n(m['claim_p99_ms'], 2)} | {_n(m['client_cpu_pct'])} "
-                f"| {_n(m['server_cpu_pct'])} | {_n(m['other_cpu_pct'])} "
-                f"| {_n(m['client_cpu_ms_per_item'], 3)} | {_n(m['server_cpu_ms_per_item'], 3)} "
-                f"| {_n(m.get('first_use_s'), 2)} |"
+                f"| {prefix}{key} | {_n(value, 2) if isinstance(value, float) else value} |"
             )
-    lines += ["", "What one item's measured loop includes:", ""]
-    lines += [f"- `{name}`: {cfg['loop']}" for name, cfg in claims["configs"].items()]
-    return lines
-
-
-def http_table(http: dict[str, Any]) -> list[str]:
-    lines = [
-        "## HTTP (median of the repetitions)",
-        "",
-        "| config | c | items/s | claim p50 ms | claim p99 ms | client CPU % | app CPU % "
-        "| server CPU % | other CPU % | app ms/item | DB conns | app RSS MB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, by_c in http["median"].items():
-        for c, m in by_c.items():
-            lines.append(
-                f"| {name} | {c} | {m['items_per_s']:,.0f} | {m['claim_p50_ms']:.2f} "
-                f"| {m['claim_p99_ms']:.2f} | {m['client_cpu_pct']:.0f} | {m['app_cpu_pct']:.0f} "
-                f"| {m['server_cpu_pct']:.0f} | {m['other_cpu_pct']:.0f} "
-                f"| {m['app_cpu_ms_per_item']:.3f} | {m['db_connections']:.0f} "
-                f"| {m['app_rss_mb']:.0f} |"
-            )
-    lines += ["", "What one item's measured loop includes:", ""]
-    lines += [f"- `{name}`: {cfg['loop']}" for name, cfg in http["configs"].items()]
-    return lines
-
-
-def fleet_table(result: dict[str, Any]) -> list[str]:
-    fl = result.get("fleet")
-    if not fl:
-        return []
-    lines = [
-        "## Fleet",
-        "",
-        "Agents over HTTP through the async SDK, a token each, long-polls of 30 s, "
-        "a heartbeat each life; units arriving for about half the fleet. RSS and descriptors "
-        "per serve: after a tenth of the run → at the end (max; flat: median of the last "
-        "third of the samples ÷ the first third's).",
-        "",
-        "| agents | serve | s | lives/s | claim p50 ms | claim p99 ms | write p99 ms | errors "
-        "| RSS MB | fds | PG conns max | CPU % serve / client / PG | waited for a CPU % "
-        "serve / client |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|---|",
-    ]
-    for r in fl["runs"]:
-        rss, fds = r["serve_rss_mb"], r["serve_fds"]
-        lines.append(
-            f"| {r['agents']} | {r['replicas']} | {r['seconds']:.0f} | {r['lives_per_s']} "
-            f"| {_ms(r['claim_p50_ms'])} | {_ms(r['claim_p99_ms'])} | {_ms(r['write_p99_ms'])} "
-            f"| {r['errors']} | {rss['settled']} → {rss['end']} ({rss['max']}; {rss['flat']}) "
-            f"| {fds['settled']} → {fds['end']} ({fds['max']}; {fds['flat']}) "
-            f"| {r['pg_connections_max']} "
-            f"| {r['serve_cpu_pct']} / {r['client_cpu_pct']} / {r['pg_cpu_pct']} "
-            f"| {r.get('serve_run_queue_pct')} / {r.get('client_run_queue_pct')} |"
-        )
-    return lines
-
-
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}"
-
-
-def goals_table(goals: list[dict[str, Any]]) -> list[str]:
-    lines = ["| goal | measured | bound | verdict |", "|---|---:|---|---|"]
-    for g in goals:
-        lines.append(f"| {g['goal']} | {_n(g['value'], 3)} | {g['bound']} | **{g['verdict']}** |")
     return lines
 
 
 def markdown(result: dict[str, Any], json_name: str) -> str:
-    if "against" in result:
-        return "\n".join(
-            [f"Run started {result['started_at']}; command `{result['command']}`; raw JSON "
-             f"`{json_name}`; machine {result['machine']}.", "", *ab.markdown(result["against"])]
-        )  # fmt: skip
-    m, pg = result["machine"], result["postgres"]
-    lines = [
-        f"Run started {result['started_at']}, finished {result.get('finished_at')}; "
-        f"command `{result['command']}`; raw JSON `bench/results/{json_name}`.",
-        "",
-        f"Machine: {m['cpu_model']}, {m['logical_cpus']} logical CPUs, {m['memory_gb']} GB; "
-        f"{m['os']}; Python {m['python']}, asyncpg {m['asyncpg']}. Load average at start "
-        f"{_n(result['load_average_start'][0], 2)}, at end "
-        f"{_n((result.get('load_average_end') or [None])[0], 2)}.",
-        "",
-        f"Product measured: commit {result['product']['commit']}"
-        + (
-            " with uncommitted changes under src/ (other sessions at work)"
-            if result["product"]["uncommitted_in_src"]
-            else ""
-        )
-        + f"; PGQueuer {result['product']['pgqueuer']}.",
-        "",
-        "PostgreSQL: " + ", ".join(f"{k}={v}" for k, v in sorted(pg.items())) + ".",
-        "",
-        "## Goals",
-        "",
-        *goals_table(result["goals"]),
+    head = f"Run started {result['started_at']}, finished {result.get('finished_at')}; command "
+    lines = [head + f"`{result['command']}`; raw JSON `{json_name}`.", ""]
+    m, product = result["machine"], result["product"]
+    lines.append(f"Machine: {m['cpu_model']}, {m['logical_cpus']} logical CPUs, {m['memory_gb']} "
+                 f"GB; {m['os']}; Python {m['python']}, asyncpg {m['asyncpg']}. Product measured: "
+                 f"commit {product['commit']}"
+                 + (" with uncommitted changes under src/" if product["uncommitted_in_src"] else "")
+                 + f"; PGQueuer {product['pgqueuer']}.")  # fmt: skip
+    if "against" in result:  # the A/B mode: the medians of the same-round ratios B/A
+        ab = result["against"]
+        rows = [{"loop": x["loop"], "c": x["c"], **{f"r_{k}": v for k, v in x["b_over_a"].items()},
+                 **{f"{n}_items": m["items_per_s"] for n, m in x["median"].items()}}
+                for x in ab["levels"]]  # fmt: skip
+        lines += ["", f"## A/B: A = {ab['rev']}, B = this checkout", "", *table(rows, AB)]
+        return "\n".join(lines) + "\n"
+    loads = [
+        _n((result.get(k) or [None])[0], 2) for k in ("load_average_start", "load_average_end")
     ]
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(result["postgres"].items()))
+    lines += ["", f"Load average at start {loads[0]}, at end {loads[1]}. PostgreSQL: {settings}."]
+    lines += ["", "## Goals", "", *table(result["goals"], GOALS)]
     if result.get("ratios"):
         lines += [
             "",
             "## Ratios against the limits",
             "",
-            "Throughput ratio (ours ÷ limit, higher is better) and CPU per item (client + "
-            "PostgreSQL + app, ms; lower is better, and steadier under outside load).",
+            "Throughput (ours ÷ limit, higher is "
+            "better) and CPU per item (client + PostgreSQL + app, ms; lower is better, and "
+            "steadier under outside load).",
             "",
-            "| ours | limit | c | throughput ratio | ours CPU ms/item | limit CPU ms/item "
-            "| CPU ratio |",
-            "|---|---|---:|---:|---:|---:|---:|",
+            *table(result["ratios"], RATIOS),
         ]
-        for r in result["ratios"]:
-            lines.append(
-                f"| {r['ours']} | {r['limit']} | {r['c']} | {_n(r['throughput_ratio'], 2)} "
-                f"| {_n(r['cpu_ms_per_item'], 3)} | {_n(r['limit_cpu_ms_per_item'], 3)} "
-                f"| {_n(r['cpu_ratio'], 2)} |"
-            )
-    if "claims" in result:
-        lines += [
-            "",
-            "## Claim path (median of the repetitions)",
-            "",
-            *claims_table(result["claims"]),
-        ]
-    if "diagnostics" in result:
-        diag = result["diagnostics"]
-        lines += ["", "## Diagnostics: where the ledger's claim cost goes", ""]
-        lines += claims_table(diag)
-        if "plans" in diag:
-            lines += ["", *diagnose.markdown(diag["plans"])]
-    if "http" in result:
-        lines += ["", *http_table(result["http"])]
-    if "scale" in result:
-        lines += ["", *scale.markdown(result["scale"])]
-    if "longpoll" in result or "soak" in result:
-        lines += ["", *endurance.markdown(result)]
-    if result.get("fleet"):
-        lines += ["", *fleet_table(result)]
+    for name in ("claims", "diagnostics", "http"):
+        if name in result:
+            lines += [
+                "",
+                f"## {name} (median of the repetitions)",
+                "",
+                *medians_table(result[name]),
+            ]
+    sections = [(n, result[n]) for n in ("scale", "longpoll", "limits", "soak") if n in result]
+    for r in (result.get("fleet") or {}).get("runs", []):
+        sections.append((f"fleet: {r['agents']} agents on {r['replicas']} serve", r))
+    for name, figured in sections:
+        lines += ["", f"## {name}", "", "| figure | value |", "|---|---|", *figures(figured)]
     for name, program in result.get("programs", {}).items():
         verdict = "ran" if program["exit"] == 0 else f"FAILED (exit {program['exit']})"
         lines += ["", f"## {name}: `{program['command']}` {verdict} in {program['seconds']} s"]
@@ -190,61 +271,10 @@ def markdown(result: dict[str, Any], json_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-SECTIONS = ("claims", "diagnostics", "http", "longpoll", "soak", "scale")
-
-
-def merge(paths: list[Path]) -> dict[str, Any]:
-    runs = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
-    merged = dict(runs[0])
-    if "against" in merged:  # an A/B run (`--against`): nothing to merge or recompute
-        return merged
-    sources = []
-    for path, run in zip(paths, runs, strict=True):
-        taken = [s for s in SECTIONS if s in run]
-        for section in taken:
-            merged[section] = run[section]
-        sources.append(f"`{path.name}` ({', '.join(taken)}; started {run['started_at']})")
-    merged["finished_at"] = runs[-1].get("finished_at")
-    merged["load_average_end"] = runs[-1].get("load_average_end", [0, 0, 0])
-    levels = [int(x) for x in merged["options"]["concurrency"].split(",")]
-    merged["goals"] = goals.evaluate(merged, levels)
-    merged["ratios"] = goals.cost_ratios(merged, levels)
-    merged["sources"] = sources
-    return merged
-
-
-def pool(paths: list[Path]) -> dict[str, Any]:
-    """`merge`, with each measured section's repetitions those of all the runs together."""
-    runs = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
-    merged = merge(paths)
-    for section in SECTIONS:
-        with_reps = [run[section] for run in runs if "runs" in run.get(section, {})]
-        if len(with_reps) < 2:
-            continue
-        reps: dict[str, dict[str, list[dict[str, Any]]]] = {}
-        for measured in with_reps:
-            for name, by_c in measured["runs"].items():
-                for c, samples in by_c.items():
-                    reps.setdefault(name, {}).setdefault(c, []).extend(samples)
-        medians = {name: {c: median_of(s) for c, s in by_c.items()} for name, by_c in reps.items()}
-        merged[section] = {**merged[section], "runs": reps, "median": medians}
-    levels = [int(x) for x in merged["options"]["concurrency"].split(",")]
-    merged["goals"] = goals.evaluate(merged, levels)
-    merged["ratios"] = goals.cost_ratios(merged, levels)
-    merged["sources"] = [f"`{p.name}` (pooled: every repetition)" for p in paths]
-    return merged
-
-
-def main() -> None:
-    args = sys.argv[1:]
-    pooled = "--pool" in args
-    paths = [Path(p) for p in args if p != "--pool"]
-    merged = pool(paths) if pooled else merge(paths)
-    text = markdown(merged, paths[0].name)
-    if len(paths) > 1:
-        text = "Sections from: " + "; ".join(merged["sources"]) + ".\n\n" + text
-    sys.stdout.write(text)
-
-
 if __name__ == "__main__":
-    main()
+    path = Path(sys.argv[1])
+    run = json.loads(path.read_text(encoding="utf-8"))
+    if "against" not in run:  # the goals as this code computes them
+        levels = [int(x) for x in run["options"]["concurrency"].split(",")]
+        run["goals"], run["ratios"] = evaluate(run, levels), cost_ratios(run, levels)
+    sys.stdout.write(markdown(run, path.name))

@@ -1,14 +1,5 @@
-"""work-ledger benchmark: every lasting goal of the project a section, in one run.
-
-    uv run --group bench python -m bench.run            # the core sections (tens of minutes)
-    uv run --group bench python -m bench.run --quick    # smaller sizes, one pass in minutes
-    uv run --group bench python -m bench.run --smoke    # tiny: keeps the script alive
-    uv run --group bench python -m bench.run --sections all --quick   # every section
-
-Starts its own PostgreSQL (the embedded server in a temporary directory, or the server of
-WL_DATABASE_URL), gives every measured window a fresh database, and writes the raw JSON
-and a Markdown table (bench/README.md says what each figure means).
-"""
+"""work-ledger benchmark: every lasting goal of the project a section, in one run
+(bench/README.md). `python -m bench.run --help` lists the options."""
 
 from __future__ import annotations
 
@@ -24,26 +15,35 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import psutil
 
-from bench import ab, claims, diagnose, endurance, fleet, goals, httpbench, report, scale
-from bench.harness import Server, load_average, measure, median_of, server_url
+from bench import agents, claims, endurance, httpbench, report
+from bench.harness import (
+    Server,
+    build_token_template,
+    deepening,
+    measure,
+    recreated,
+    repetitions,
+    server_url,
+)
 from work_ledger.db.connect import with_database
 from work_ledger.runtime import migrate_database
 
 HERE = Path(__file__).resolve().parent
-try:
-    import pgqueuer  # noqa: F401  (only asks whether the peer is installed)
-
-    HAVE_PGQUEUER = True
-except ImportError:  # the `bench` dependency group is not installed: skip the peer
-    HAVE_PGQUEUER = False
+# Without the `bench` dependency group there is no peer: its configurations are skipped.
+HAVE_PGQUEUER = find_spec("pgqueuer") is not None
 TEMPLATES = {"ledger": "bench_tpl_ledger", "bare": "bench_tpl_bare", "pgqueuer": "bench_tpl_pgq"}
 CORE = "claims,diagnostics,scale,http,longpoll,soak"
+SETTINGS = ["server_version", "max_connections", "shared_buffers", "synchronous_commit", "fsync",
+            "full_page_writes", "wal_level", "checkpoint_timeout", "max_wal_size", "work_mem",
+            "autovacuum", "autovacuum_naptime", "autovacuum_vacuum_scale_factor",
+            "jit"]  # fmt: skip
 MORE = "fleet,limits"  # in-process sections outside the core
 # Sections that are programs of their own (their own servers or processes, their own JSON
 # in bench/results/), run as `python -m MODULE ARGS` at the mode's sizes:
@@ -56,14 +56,15 @@ PROGRAMS: dict[str, tuple[list[str], list[str], list[str], list[str]]] = {
     "readside_write": (["bench.readside", "write"], [], ["--windows", "2"], ["--windows", "1"]),
     "walmirror": (["bench.ha", "walmirror"], [], ["--rounds", "1", "--seconds", "5"],
                   ["--rounds", "1", "--seconds", "1"]),
-    "temporal": (["bench.temporal_follow"], [], ["--burst", "200", "--closed", "1000"],
-                 ["--burst", "20", "--closed", ""]),
+    "temporal": (["bench.temporal_follow"], [], ["--burst", "200"], ["--burst", "20"]),
     "agents": (["bench.agents"], [], ["--sessions", "16", "--calls", "50"],
                ["--sessions", "4", "--calls", "10"]),
     "backup": (["bench.ha", "backup"], [], ["--units", "100000"], ["--units", "1000"]),
     # failover's smoke keeps the 3 s of load: with 1 s its cut-off claim found no holder.
     "failover": (["bench.ha", "failover"], [], ["--rounds", "1"], ["--rounds", "1"]),
 }  # fmt: skip
+# What a program needs beyond the `bench` group: an extra's module, a dev dependency's CLI.
+NEEDS = {"temporal": ["temporalio", "bin/temporal"], "agents": ["mcp"]}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -100,88 +101,136 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def admin_server() -> Server:
-    home = Path(tempfile.mkdtemp(prefix="wl-bench-"))
-    # Registered before the server starts, so it runs after the server has stopped.
-    atexit.register(shutil.rmtree, home, True)
-    return await Server.attach(server_url(home))
-
-
 async def build_templates(server: Server) -> None:
-    conn = await asyncpg.connect(server.admin_url)
-    try:
-        for name in TEMPLATES.values():
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
+    for name in TEMPLATES.values():
+        await recreated(server.admin_url, name)
     await migrate_database(with_database(server.admin_url, TEMPLATES["ledger"]))
-    if not HAVE_PGQUEUER:
-        return
-    from pgqueuer.queries import Queries
+    if HAVE_PGQUEUER:
+        from pgqueuer.queries import Queries
 
-    pgq = await asyncpg.connect(with_database(server.admin_url, TEMPLATES["pgqueuer"]))
-    try:
+        pgq = await asyncpg.connect(with_database(server.admin_url, TEMPLATES["pgqueuer"]))
         await Queries.from_asyncpg_connection(pgq).install()
-    finally:
         await pgq.close()
 
 
-async def one_window(
-    server: Server, config: claims.Config, c: int, args: argparse.Namespace
+async def run_claims(
+    server: Server, args: argparse.Namespace, configs: list[claims.Config], levels: list[int]
 ) -> dict[str, Any]:
-    """Seed a fresh database, run the config's workers, time one window."""
-    backlog = config.backlog // args.backlog_divisor
-    for _attempt in range(3):
-        async with server.fresh_database(config.name, TEMPLATES[config.template]) as url:
-            seed = await asyncpg.connect(url)
-            try:
+    by_name = {c.name: c for c in configs}
+
+    async def window(name: str, c: int) -> dict[str, Any]:
+        config = by_name[name]
+
+        async def once(backlog: int) -> dict[str, Any]:
+            async with server.fresh_database(name, TEMPLATES[config.template]) as url:
+                seed = await asyncpg.connect(url)
                 await config.seed(seed, backlog)
                 if config.db_setup:
                     await seed.execute(config.db_setup)
-            finally:
                 await seed.close()
-            async with config.workers(url, c) as operations:
-                sample = await measure(
-                    operations, server=server, warmup=args.warmup, duration=args.duration
-                )
-        if not sample.exhausted:
-            break
-        backlog *= 2  # the window ran dry: measure again with a deeper backlog
-    summary = sample.summary()
-    summary["backlog"] = backlog
-    return summary
+                async with config.workers(url, c) as ops:
+                    return await measure(
+                        ops, server=server, warmup=args.warmup, duration=args.duration
+                    )
+
+        return await deepening(config.backlog // args.backlog_divisor, once)
+
+    measured = await repetitions("claims", list(by_name), levels, args.reps, window)
+    return {"configs": {c.name: {"loop": c.loop} for c in configs}, **measured}
 
 
-async def run_claims(
-    server: Server,
-    args: argparse.Namespace,
-    configs: list[claims.Config],
-    levels: list[int],
-) -> dict[str, Any]:
-    runs: dict[str, dict[int, list[dict[str, Any]]]] = {c.name: {} for c in configs}
-    # Repetition outermost, configurations innermost: a burst of load from elsewhere on the
-    # machine hits every configuration of a repetition alike, so the ratios hold.
-    for rep in range(args.reps):
-        for c in levels:
-            for config in configs:
-                t0 = time.perf_counter()
-                s = await one_window(server, config, c, args)
-                runs[config.name].setdefault(c, []).append(s)
-                print(
-                    f"rep {rep + 1} c={c:<3} {config.name:<24} {s['items_per_s']:>8.0f}/s "
-                    f"p50 {fmt(s['claim_p50_ms'])} p99 {fmt(s['claim_p99_ms'])} ms "
-                    f"cpu client {s['client_cpu_pct']}% server {s['server_cpu_pct']}% "
-                    f"other {s['other_cpu_pct']}% ({time.perf_counter() - t0:.1f}s)",
-                    flush=True,
-                )
-    return {
-        "configs": {c.name: {"loop": c.loop} for c in configs},
-        "runs": {name: {str(c): v for c, v in by_c.items()} for name, by_c in runs.items()},
-        "median": {
-            name: {str(c): median_of(v) for c, v in by_c.items()} for name, by_c in runs.items()
-        },
+def about() -> dict[str, Any]:
+    """The machine, and the commit measured (and whether the product's files differed)."""
+    from importlib.metadata import version
+
+    def git(*cmd: str) -> str:
+        done = subprocess.run(["git", *cmd], cwd=HERE.parent, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    models = [
+        x.split(":", 1)[1].strip() for x in cpuinfo.splitlines() if x.startswith("model name")
+    ]
+    machine = {
+        "cpu_model": models[0] if models else "", "logical_cpus": psutil.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": platform.platform(), "python": platform.python_version(),
+        "asyncpg": asyncpg.__version__,
+    }  # fmt: skip
+    product = {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "uncommitted_in_src": git("status", "--porcelain", "--", "src"),
+        "pgqueuer": version("pgqueuer") if HAVE_PGQUEUER else None,
     }
+    return {"command": " ".join(["python", "-m", "bench.run", *sys.argv[1:]]),
+            "machine": machine, "product": product}  # fmt: skip
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    def now() -> str:
+        return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+    result: dict[str, Any] = {"started_at": now(), **about()}
+    if args.against:
+        result["against"] = await httpbench.against(args.against, args)
+        return {**result, "finished_at": now()}
+    home = Path(tempfile.mkdtemp(prefix="wl-bench-"))
+    # Registered before the server starts, so it runs after the server has stopped.
+    atexit.register(shutil.rmtree, home, True)
+    server = await Server.attach(server_url(home))
+    await build_templates(server)
+    hidden = ("levels", "section_set", "backlog_divisor")
+    result["options"] = {k: v for k, v in vars(args).items() if k not in hidden}
+    conn = await asyncpg.connect(server.admin_url)
+    rows = await conn.fetch(
+        "SELECT name, setting, unit FROM pg_settings WHERE name = ANY($1)", SETTINGS
+    )
+    await conn.close()
+    result["postgres"] = {r["name"]: r["setting"] + (r["unit"] or "") for r in rows}
+    result["load_average_start"] = os.getloadavg()
+    print(f"PostgreSQL {result['postgres'].get('server_version')}; {result['machine']}", flush=True)
+    wanted, sections = {x for x in args.configs.split(",") if x}, args.section_set
+
+    async def section(name: str, measuring: Any) -> None:
+        if name in sections:
+            result[name] = await measuring
+            checkpoint(result, args)
+        else:
+            measuring.close()  # never awaited: nothing ran
+
+    if "claims" in sections:
+        configs = [c for c in claims.CONFIGS if not wanted or c.name in wanted]
+        configs = [c for c in configs if HAVE_PGQUEUER or c.template != "pgqueuer"]
+        await section("claims", run_claims(server, args, configs, args.levels))
+    levels = [c for c in args.levels if c <= 64][:2] or args.levels[:1]
+    diagnostics = [c for c in claims.DIAGNOSTICS if not wanted or c.name in wanted]
+    await section("diagnostics", run_claims(server, args, diagnostics, levels))
+    if sections & {"http", "longpoll", "fleet", "limits"}:
+        http_home = Path(tempfile.mkdtemp(prefix="wl-bench-http-"))
+        atexit.register(shutil.rmtree, http_home, True)
+        waiters = 50 if args.smoke else 1000
+        # A token per worker, waiter and agent: minted only as many as the sections use.
+        fleet = max(agents.sizes(args)[0]) if "fleet" in sections else 0
+        minted = max(*args.levels, waiters if "longpoll" in sections else 0, fleet)
+        tokens = await build_token_template(server, minted, http_home)
+        await section("http", httpbench.run(server, args, args.levels, tokens, http_home))
+        rounds, per_round = (4, 5) if args.smoke else (20, 10)
+        polls = endurance.longpoll(server, tokens, waiters, rounds, per_round, http_home)
+        await section("longpoll", polls)
+        await section("fleet", agents.fleet(server, args, tokens, http_home))
+        stalled = 20 if args.smoke else 200 if args.quick else 1000
+        await section("limits", endurance.limits(server, stalled, http_home))
+    lives = args.soak_lives or (2_000 if args.smoke else 20_000 if args.quick else 200_000)
+    await section("soak", endurance.soak(server, TEMPLATES["ledger"], lives, 16))
+    await section("scale", run_scale(server, args))
+    for name in (p for p in PROGRAMS if p in sections):
+        result.setdefault("programs", {})[name] = run_program(name, args)
+        checkpoint(result, args)
+    result["load_average_end"] = os.getloadavg()
+    result["finished_at"] = now()
+    result["goals"] = report.evaluate(result, args.levels)
+    result["ratios"] = report.cost_ratios(result, args.levels)
+    return result
 
 
 async def run_scale(server: Server, args: argparse.Namespace) -> dict[str, Any]:
@@ -191,146 +240,24 @@ async def run_scale(server: Server, args: argparse.Namespace) -> dict[str, Any]:
         sizes, events = {"small": 1_000, "large": 100_000}, 1_000_000
     else:
         sizes, events = {"small": 1_000, "large": 1_000_000}, 10_000_000
-    out: dict[str, Any] = {}
-    out["claim"] = await scale.claim_by_backlog(server, TEMPLATES["ledger"], sizes, args)
-    events = args.events or events
-    out["events"] = await scale.event_pages(server, TEMPLATES["ledger"], events, args.reps)
-    return out
-
-
-def fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
-def product_version() -> dict[str, Any]:
-    """The commit measured, and whether the product's files differed from it."""
-
-    def git(*cmd: str) -> str:
-        done = subprocess.run(
-            ["git", *cmd], cwd=HERE.parent, capture_output=True, text=True, check=False
-        )
-        return done.stdout.strip()
-
+    template = TEMPLATES["ledger"]
     return {
-        "commit": git("rev-parse", "--short", "HEAD"),
-        "uncommitted_in_src": git("status", "--porcelain", "--", "src"),
-        "pgqueuer": _version("pgqueuer"),
+        "claim": await endurance.claim_by_backlog(server, template, sizes, args),
+        "events": await endurance.event_pages(server, template, args.events or events, args.reps),
     }
-
-
-def _version(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
-
-
-def machine() -> dict[str, Any]:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu_model": model,
-        "logical_cpus": psutil.cpu_count(),
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "asyncpg": asyncpg.__version__,
-    }
-
-
-async def main(args: argparse.Namespace) -> dict[str, Any]:
-    started = dt.datetime.now(dt.UTC)
-    if args.against:
-        return {
-            "started_at": started.isoformat(timespec="seconds"),
-            "command": " ".join(["python", "-m", "bench.run", *sys.argv[1:]]),
-            "machine": machine(),
-            "product": product_version(),
-            "against": await ab.against(args.against, args),
-            "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        }
-    server = await admin_server()
-    await build_templates(server)
-    result: dict[str, Any] = {
-        "started_at": started.isoformat(timespec="seconds"),
-        "command": " ".join(["python", "-m", "bench.run", *sys.argv[1:]]),
-        "options": {
-            k: v
-            for k, v in vars(args).items()
-            if k not in ("levels", "section_set", "backlog_divisor")
-        },
-        "machine": machine(),
-        "product": product_version(),
-        "postgres": await server.settings(),
-        "load_average_start": load_average(),
-    }
-    print(f"PostgreSQL {result['postgres'].get('server_version')}; {result['machine']}", flush=True)
-    wanted = {x for x in args.configs.split(",") if x}
-    if "claims" in args.section_set:
-        configs = [c for c in claims.CONFIGS if not wanted or c.name in wanted]
-        configs = [c for c in configs if HAVE_PGQUEUER or c.template != "pgqueuer"]
-        result["claims"] = await run_claims(server, args, configs, args.levels)
-        checkpoint(result, args)
-    if "diagnostics" in args.section_set:
-        levels = [c for c in args.levels if c <= 64][:2] or args.levels[:1]
-        configs = [c for c in diagnose.DIAGNOSTICS if not wanted or c.name in wanted]
-        result["diagnostics"] = await run_claims(server, args, configs, levels)
-        result["diagnostics"]["plans"] = await diagnose.claim_plans(server, TEMPLATES["ledger"])
-        checkpoint(result, args)
-    if args.section_set & {"http", "longpoll", "fleet", "limits"}:
-        home = Path(tempfile.mkdtemp(prefix="wl-bench-http-"))
-        atexit.register(shutil.rmtree, home, True)
-        waiters = 50 if args.smoke else 1000
-        # A token per worker, waiter and agent: minted only as many as the sections use.
-        agents = max(fleet.sizes(args)["fleets"]) if "fleet" in args.section_set else 0
-        waiters_minted = waiters if "longpoll" in args.section_set else 0
-        tokens = await httpbench.build_token_template(
-            server, max(*args.levels, waiters_minted, agents), home
-        )
-    if "http" in args.section_set:
-        result["http"] = await httpbench.run(server, args, args.levels, tokens, home)
-        checkpoint(result, args)
-    if "longpoll" in args.section_set:
-        rounds, per_round = (4, 5) if args.smoke else (20, 10)
-        result["longpoll"] = await endurance.longpoll(
-            server, tokens, waiters, rounds, per_round, home
-        )
-    if "fleet" in args.section_set:
-        result["fleet"] = await fleet.run(server, args, tokens, home)
-        checkpoint(result, args)
-    if "limits" in args.section_set:
-        stalled = 20 if args.smoke else 200 if args.quick else 1000
-        result["limits"] = await endurance.limits(server, stalled, home)
-        checkpoint(result, args)
-    if "soak" in args.section_set:
-        lives = args.soak_lives or (2_000 if args.smoke else 20_000 if args.quick else 200_000)
-        result["soak"] = await endurance.soak(server, TEMPLATES["ledger"], lives, 16)
-        checkpoint(result, args)
-    if "scale" in args.section_set:
-        result["scale"] = await run_scale(server, args)
-    for name in PROGRAMS:
-        if name in args.section_set:
-            result.setdefault("programs", {})[name] = run_program(name, args)
-            checkpoint(result, args)
-    result["load_average_end"] = load_average()
-    result["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    result["goals"] = goals.evaluate(result, args.levels)
-    result["ratios"] = goals.cost_ratios(result, args.levels)
-    return result
 
 
 def run_program(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """One section that is a program of its own, at the mode's sizes; what it printed."""
     command, full, quick, smoke = PROGRAMS[name]
     argv = [*command, *(smoke if args.smoke else quick if args.quick else full)]
+    bin_dir = Path(sys.executable).parent
+    for need in NEEDS.get(name, []):
+        if not ((bin_dir / need[4:]).exists() if need[:4] == "bin/" else find_spec(need)):
+            why = f"skipped: {need} is not installed (uv sync --all-extras --all-groups)"
+            print(f"section {name}: {why}", flush=True)
+            return {"command": "python -m " + " ".join(argv), "exit": 0, "seconds": 0,
+                    "output": [why], "errors": []}  # fmt: skip
     print(f"section {name}: python -m {' '.join(argv)}", flush=True)
     # bench.ha (backup, failover, walmirror) reuses the test suite's helpers (`support`).
     paths = [str(HERE.parent / "tests"), os.environ.get("PYTHONPATH", "")]
@@ -351,27 +278,20 @@ def run_program(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def checkpoint(result: dict[str, Any], args: argparse.Namespace) -> None:
     """The sections measured so far, so that a late failure loses nothing before it."""
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "partial.json").write_text(json.dumps(result, default=str) + "\n", encoding="utf-8")
-
-
-def write_outputs(result: dict[str, Any], args: argparse.Namespace) -> Path:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    suffix = "-smoke" if args.smoke else "-quick" if args.quick else ""
-    stamp = result["started_at"].replace("+00:00", "Z").replace("-", "").replace(":", "")
-    path = out / f"run-{stamp}{suffix}.json"
-    path.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
-    (out / "partial.json").unlink(missing_ok=True)
-    text = report.markdown(result, path.name)
-    if args.markdown:
-        Path(args.markdown).write_text(text, encoding="utf-8")
-    print(text)
-    print(f"raw results: {path}")
-    return path
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "partial.json").write_text(json.dumps(result, default=str) + "\n")
 
 
 if __name__ == "__main__":
     arguments = parse_args()
-    write_outputs(asyncio.run(main(arguments)), arguments)
+    result = asyncio.run(main(arguments))
+    suffix = "-smoke" if arguments.smoke else "-quick" if arguments.quick else ""
+    stamp = result["started_at"].replace("+00:00", "Z").replace("-", "").replace(":", "")
+    path = Path(arguments.out) / f"run-{stamp}{suffix}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    (Path(arguments.out) / "partial.json").unlink(missing_ok=True)
+    text = report.markdown(result, path.name)
+    if arguments.markdown:
+        Path(arguments.markdown).write_text(text, encoding="utf-8")
+    print(text, f"raw results: {path}", sep="\n")

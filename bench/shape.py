@@ -1,35 +1,13 @@
-"""DESIGN §12's costs, measured in one run on one PostgreSQL (`bench.run --sections shape`),
-and registration with requirement edges (`register`, below: `--sections register`).
+"""DESIGN §12's costs (`shape`) and registration with requirement edges over HTTP
+(`register`, issue 28); what each measures: docs/work-shape.md#measured.
 
-    uv run python -m bench.shape [--units 1000000] [--claims 2000] [--rounds 3]
-    uv run --group bench python -m bench.shape register [--units 100000] [--rounds 3] [--out DIR]
+    uv run --group bench python -m bench.shape [--units 1000000] [--claims 2000] [--rounds 3]
+    uv run --group bench python -m bench.shape register [--units 100000] [--rounds 3]
 
-- pull-next p50 over a backlog of `--units` units with as many requirement edges (fan-ins
-  onto 1,000 finished libraries, so every unit stays ready) against the same backlog
-  without edges, in alternating windows;
-- finishing (dispose MIGRATED) one unit with 1,000 waiting dependents against one with none;
-- pull-next p50 with 1,000 budgets defined (one over the claimed fleet) against none;
-- cost records from 64 agents into one budget scope: the spend kept in 16 shard rows (as
-  migration 0011 does) against one row (the trigger redefined for the window).
-
-Seeding writes the rows with triggers off (session_replication_role = replica, as a
-restore does) and sets the counters the triggers would have set; everything measured runs
-through the ledger's own statements with every trigger on.
-
-`register`: 100,000 units registered through `POST /units` with requirement edges, against
-100,000 without, side by side on one `work-ledger serve` (issue 28).
-
-Each round registers `--units` units of each kind in batches of 1,000 (the largest batch
-`POST /units` takes), the two kinds alternating batch by batch (which goes first swaps
-every batch), so both see the same machine and a table of the same size:
-- *flat*: no `requires`;
-- *edges*: one requirement per unit, 1,000 edges a batch: chains of ten within the batch
-  (each unit requires the one before it, by external_ref in the same batch), each chain's
-  head requiring one of 1,000 libraries registered before the first round (fan-ins of
-  100 per round). The libraries are not finished, so every such unit is registered
-  `waiting`; the cycle check, the unknown-ref check and the edge rows all run.
-The figure is units per second of each kind per round (the sum of its batches' request
-times), the ratio edges ÷ flat per round, and the medians over the rounds; batch p50s too.
+Kinds alternate within each round. `shape` seeds with triggers off (as a restore does) and
+measures the ledger's own statements, triggers on. `register` posts batches of 1,000 units
+of each kind: *flat* (no `requires`) and *edges* (chains of ten, each head requiring one of
+1,000 unfinished libraries: every unit registered `waiting`).
 """
 
 from __future__ import annotations
@@ -39,19 +17,20 @@ import asyncio
 import atexit
 import datetime as dt
 import json
+import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
+from argparse import RawTextHelpFormatter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
-from bench.harness import load_average, recreated, server_url
-from bench.httpbench import MiniHttp, app_process, mint_token
-from work_ledger.db.connect import create_pool, ensure_database, with_database
+from bench.harness import MiniHttp, app_process, mint_token, recreated, server_url
+from work_ledger.db.connect import create_pool
 from work_ledger.db.store import Store
 from work_ledger.domain.model import Actor, Disposition, NewUnit
 from work_ledger.runtime import migrate_database
@@ -90,21 +69,6 @@ UNION ALL VALUES ('fleet-a', NULL, 1000000000), ('fleet-a', 'd1', 1000000000)
 """
 
 
-# The spend trigger of migration 0020 with `shards` rows per scope (16 there).
-SPEND_SHARDS = """
-CREATE OR REPLACE FUNCTION wl_add_scope_spend() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO scope_spend AS s (fleet, domain, shard, cents)
-    VALUES (NEW.fleet, NEW.domain, pg_backend_pid() % {shards}, NEW.cost_cents - OLD.cost_cents)
-    ON CONFLICT (fleet, domain, shard) DO UPDATE SET cents = s.cents + EXCLUDED.cents;
-    INSERT INTO fleet_spend AS f (fleet, shard, cents)
-    VALUES (NEW.fleet, pg_backend_pid() % {shards}, NEW.cost_cents - OLD.cost_cents)
-    ON CONFLICT (fleet, shard) DO UPDATE SET cents = f.cents + EXCLUDED.cents;
-    RETURN NULL;
-END $$
-"""
-
-
 async def _seed(url: str, units: int, edges: bool) -> None:
     conn = await asyncpg.connect(url)
     try:
@@ -116,11 +80,6 @@ async def _seed(url: str, units: int, edges: bool) -> None:
         await conn.execute("VACUUM ANALYZE")
     finally:
         await conn.close()
-
-
-async def _ledger(url: str) -> tuple[Ledger, asyncpg.Pool]:
-    pool = await create_pool(url, min_size=1, max_size=2)
-    return Ledger(Store(pool), lease_seconds=3600), pool
 
 
 async def _claims(ledger: Ledger, tag: str, count: int) -> float:
@@ -136,9 +95,8 @@ async def _claims(ledger: Ledger, tag: str, count: int) -> float:
 
 async def _finish_time(ledger: Ledger, tag: str, dependents: int) -> float:
     lib = f"{tag}-lib"
-    units = [NewUnit(lib, "fleet-b", "fin")] + [
-        NewUnit(f"{tag}-dep{i}", "fleet-b", "fin-deps", requires=(lib,)) for i in range(dependents)
-    ]
+    units = [NewUnit(lib, "fleet-b", "fin")]
+    units += [NewUnit(f"{tag}-d{i}", "fleet-b", "deps", requires=(lib,)) for i in range(dependents)]
     for batch in range(0, len(units), 1000):
         await ledger.register(units[batch : batch + 1000], OPERATOR)
     agent = Actor(f"{tag}-agent")
@@ -150,99 +108,51 @@ async def _finish_time(ledger: Ledger, tag: str, dependents: int) -> float:
     return time.perf_counter() - start
 
 
-async def main(units: int, claims: int, rounds: int) -> None:
+async def alternating(rounds: int, kinds: dict[str, Callable[[int], Awaitable[float]]]) -> Any:
+    """Each kind's median ms over `rounds`, the kinds' order swapped every round."""
+    figures: dict[str, list[float]] = {k: [] for k in kinds}
+    for r in range(rounds):
+        for kind in list(kinds)[:: 1 if r % 2 == 0 else -1]:
+            figures[kind].append(await kinds[kind](r))
+    medians = {k: round(statistics.median(v) * 1e3, 3) for k, v in figures.items()}
+    first, second = medians.values()
+    print(f"{medians} ms, ratio {second / first:.3f}")
+    return medians
+
+
+async def shape(args: argparse.Namespace) -> None:
     home = Path(tempfile.mkdtemp(prefix="wl-bench-shape-"))
     atexit.register(shutil.rmtree, home, True)  # after the embedded server has stopped
-    admin = server_url(home)
-    urls = {}
+    admin, ledgers = server_url(home), {}
     for name, edges in (("flat", False), ("edges", True)):
-        urls[name] = await recreated(admin, f"bench_shape_{name}")
-        await migrate_database(urls[name])
+        url = await recreated(admin, f"bench_shape_{name}")
+        await migrate_database(url)
         started = time.perf_counter()
-        await _seed(urls[name], units, edges)
-        print(
-            f"seeded {name}: {units} units, edges={edges} in {time.perf_counter() - started:.0f} s"
+        await _seed(url, args.units, edges)
+        print(f"seeded {name}: {args.units} units in {time.perf_counter() - started:.0f} s")
+        ledgers[name] = Ledger(
+            Store(await create_pool(url, min_size=1, max_size=2)), lease_seconds=3600
         )
-    flat, flat_pool = await _ledger(urls["flat"])
-    edged, edged_pool = await _ledger(urls["edges"])
-    figures: dict[str, list[float]] = {"flat": [], "edges": []}
-    for r in range(rounds):
-        order = (
-            [("flat", flat), ("edges", edged)] if r % 2 == 0 else [("edges", edged), ("flat", flat)]
-        )
-        for name, ledger in order:
-            figures[name].append(await _claims(ledger, f"{name}-{r}", claims))
-    flat_p50, edges_p50 = statistics.median(figures["flat"]), statistics.median(figures["edges"])
-    print(
-        f"pull-next p50: without edges {flat_p50 * 1e3:.3f} ms, with {units} edges "
-        f"{edges_p50 * 1e3:.3f} ms, ratio {edges_p50 / flat_p50:.3f}"
-    )
+    flat, edged, n = ledgers["flat"], ledgers["edges"], args.claims
+    print("pull-next p50, without edges and with one per unit:")
+    kinds = {"flat": lambda r: _claims(flat, f"flat-{r}", n),
+             "edges": lambda r: _claims(edged, f"edges-{r}", n)}  # fmt: skip
+    await alternating(args.rounds, kinds)
+    print("finishing a unit, with none and with 1,000 dependents:")
+    kinds = {"alone": lambda r: _finish_time(flat, f"alone{r}", 0),
+             "fan": lambda r: _finish_time(flat, f"fan{r}", 1000)}  # fmt: skip
+    await alternating(args.rounds, kinds)
 
-    fan = [await _finish_time(flat, f"fan{r}", 1000) for r in range(rounds)]
-    alone = [await _finish_time(flat, f"alone{r}", 0) for r in range(rounds)]
-    print(
-        f"finishing a unit: with 1000 dependents {statistics.median(fan) * 1e3:.1f} ms, "
-        f"with none {statistics.median(alone) * 1e3:.1f} ms"
-    )
+    async def budgeted(r: int) -> float:
+        await flat.store.pool.execute(SEED_BUDGETS)
+        try:
+            return await _claims(flat, f"b1000-{r}", n)
+        finally:
+            await flat.store.pool.execute("DELETE FROM budgets")
 
-    conn = await asyncpg.connect(urls["flat"])
-    budgets: dict[str, list[float]] = {"none": [], "1000": []}
-    try:
-        for r in range(rounds):
-            for name in ("none", "1000") if r % 2 == 0 else ("1000", "none"):
-                if name == "1000":
-                    await conn.execute(SEED_BUDGETS)
-                budgets[name].append(await _claims(flat, f"b{name}-{r}", claims))
-                await conn.execute("DELETE FROM budgets")
-    finally:
-        await conn.close()
-    none_p50, many_p50 = statistics.median(budgets["none"]), statistics.median(budgets["1000"])
-    print(
-        f"pull-next p50: {none_p50 * 1e3:.3f} ms without a budget over the fleet, "
-        f"{many_p50 * 1e3:.3f} ms with 1000 budgets (2 over it), ratio {many_p50 / none_p50:.3f}"
-    )
-    await flat_pool.close()
-    await edged_pool.close()
-    await _hot_scope(admin, rounds)
-
-
-async def _hot_scope(admin: str, rounds: int, agents: int = 64, records: int = 40) -> None:
-    """Records per second from `agents` connections into one scope, 16 shards against 1."""
-    await ensure_database(admin, "money")
-    url = with_database(admin, "money")
-    await migrate_database(url)
-    pools = [await create_pool(url, min_size=1, max_size=1) for _ in range(agents)]
-    ledgers = [Ledger(Store(p), lease_seconds=3600) for p in pools]
-    await ledgers[0].register([NewUnit(f"m{i}", "fleet-m", "hot") for i in range(agents)], OPERATOR)
-    await ledgers[0].set_budget("fleet-m", 10**12, OPERATOR, domain="hot")
-    attempts = []
-    for n, ledger in enumerate(ledgers):
-        claim = await ledger.claim(f"m-agent-{n}")
-        assert claim.attempt is not None
-        attempts.append(claim.attempt.id)
-    conn = await asyncpg.connect(url)
-    rates: dict[int, list[float]] = {16: [], 1: []}
-
-    async def spend(ledger: Ledger, attempt: object, n: int) -> None:
-        for _ in range(records):
-            await ledger.record_cost(attempt, 1, Actor(f"m-agent-{n}"))  # type: ignore[arg-type]
-
-    try:
-        for r in range(rounds):
-            for shards in (16, 1) if r % 2 == 0 else (1, 16):
-                await conn.execute(SPEND_SHARDS.replace("{shards}", str(shards)))
-                start = time.perf_counter()
-                await asyncio.gather(*(spend(ledgers[n], attempts[n], n) for n in range(agents)))
-                rates[shards].append(agents * records / (time.perf_counter() - start))
-    finally:
-        await conn.execute(SPEND_SHARDS.replace("{shards}", "16"))
-        await conn.close()
-        for pool in pools:
-            await pool.close()
-    sharded, single = statistics.median(rates[16]), statistics.median(rates[1])
-    print(
-        f"cost records from {agents} agents into one scope: {sharded:.0f}/s with 16 spend "
-        f"rows, {single:.0f}/s with one, ratio {sharded / single:.3f}"
+    print("pull-next p50, without budgets and with 1,000 (2 over the fleet):")
+    await alternating(
+        args.rounds, {"none": lambda r: _claims(flat, f"b0-{r}", n), "1000": budgeted}
     )
 
 
@@ -289,7 +199,7 @@ async def one_round(http: MiniHttp, r: int, units: int) -> dict[str, Any]:
         "units_per_s": {k: round(v) for k, v in per_s.items()},
         "batch_p50_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in times.items()},
         "ratio": round(per_s["edges"] / per_s["flat"], 3),
-        "load_average_end": load_average(),
+        "load_average_end": os.getloadavg(),
     }
 
 
@@ -303,12 +213,11 @@ async def register(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "units": args.units,
-        "load_average_start": load_average(),
+        "load_average_start": os.getloadavg(),
         "rounds": [],
     }
     async with app_process("serve", url, home) as app:
-        http = MiniHttp(app.port, {"Authorization": f"Bearer {token}"})
-        await http.open()
+        http = await MiniHttp.open(app.port, token)
         try:
             libs = [
                 {"external_ref": f"lib-{i}", "fleet": "f", "domain": "libs"} for i in range(LIBS)
@@ -329,27 +238,22 @@ async def register(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def register_main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description="registration with and without edges")
-    parser.add_argument("--units", type=int, default=100_000, help="units of each kind a round")
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=RawTextHelpFormatter)
+    parser.add_argument("program", nargs="?", choices=["shape", "register"], default="shape")
+    parser.add_argument("--units", type=int, help="default 1,000,000; register: 100,000 a kind")
+    parser.add_argument("--claims", type=int, default=2000, help="pull-next claims a window")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
-    arguments = parser.parse_args(argv)
-    outcome = asyncio.run(register(arguments))
-    print(json.dumps(outcome["median"]))
-    stamp = outcome["started_at"].replace("+00:00", "Z").replace("-", "").replace(":", "")
-    path = Path(arguments.out) / f"register-{stamp}.json"
-    path.write_text(json.dumps(outcome, indent=1) + "\n", encoding="utf-8")
-    print(f"raw results: {path}")
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["register"]:
-        register_main(sys.argv[2:])
-        sys.exit(0)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--units", type=int, default=1_000_000)
-    parser.add_argument("--claims", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    asyncio.run(main(args.units, args.claims, args.rounds))
+    if args.program == "shape":
+        args.units = args.units or 1_000_000
+        asyncio.run(shape(args))
+    else:
+        args.units = args.units or 100_000
+        outcome = asyncio.run(register(args))
+        print(json.dumps(outcome["median"]))
+        stamp = outcome["started_at"].replace("+00:00", "Z").replace("-", "").replace(":", "")
+        path = Path(args.out) / f"register-{stamp}.json"
+        path.write_text(json.dumps(outcome, indent=1) + "\n", encoding="utf-8")
+        print(f"raw results: {path}")
