@@ -76,3 +76,28 @@ async def test_a_claim_past_a_closed_scope_reads_its_scopes_not_their_units(
         f"a claim past {AHEAD} units of a {closing} scope read {read} index entries: "
         "it read the closed scope's units"
     )
+
+
+@pytest.mark.parametrize("statement", ["claim_next_unit", "claim_unit"])
+async def test_past_a_closed_scope_a_unit_whose_key_is_held_is_skipped(
+    raw: asyncpg.Connection, statement: str
+) -> None:
+    """The oldest unit of the open scope wants a key another unit holds: the next is
+    claimed, and the one passed over is still ready."""
+    await _seed(raw, "paused")
+    holder = await raw.fetchval(
+        "INSERT INTO work_units (external_ref, fleet, exclusive)"
+        " VALUES ('holder', 'keys', ARRAY['module-a']) RETURNING id"
+    )
+    held = await raw.fetchrow(QUERIES["claim_unit"], "holder-agent", None, 60, holder)
+    assert held is not None
+    assert held["unit"]["external_ref"] == "holder"
+    await raw.execute(
+        "UPDATE work_units SET exclusive = ARRAY['module-a'] WHERE external_ref = 'open-1'"
+    )
+    claimed, _ = await _claim_reads(raw, statement, None)
+    assert claimed == "open-2"
+    assert (
+        await raw.fetchval("SELECT state::text FROM work_units WHERE external_ref = 'open-1'")
+        == "ready"
+    )
