@@ -14,20 +14,17 @@ from collections.abc import Sequence
 import asyncpg
 
 from work_ledger.db.store import Store
-from work_ledger.domain import input_rules, refusals
+from work_ledger.domain import input_rules
 
 # Imported from here by the API and the Temporal ingest.
 from work_ledger.domain.input_rules import MAX_BATCH as MAX_BATCH
 from work_ledger.domain.input_rules import MAX_LEASE_SECONDS as MAX_LEASE_SECONDS
 from work_ledger.domain.model import (
-    NEXT_ACTIONS,
     Actor,
     Attempt,
     Claim,
     Disposition,
     Outcome,
-    Question,
-    QuestionStatus,
     State,
     Unit,
     states_disposable_as,
@@ -36,11 +33,11 @@ from work_ledger.domain.shape import CostRecord, check_cost_record
 from work_ledger.errors import (
     InvalidInput,
     InvariantViolation,
-    NotHolder,
 )
 from work_ledger.service.budgets import BudgetWrites
 from work_ledger.service.bulk import BulkWrites
 from work_ledger.service.controls import ControlWrites
+from work_ledger.service.questions import QuestionWrites
 from work_ledger.service.shape import ShapeWrites
 from work_ledger.service.telemetry import TelemetryWrites
 
@@ -55,11 +52,11 @@ _LOST_TO_A_CONTROL = frozenset({"scope_paused", "scope_cap_reached", "exclusive_
 CONTROL_TRIES = 8
 
 
-class Ledger(ShapeWrites, BudgetWrites, BulkWrites, ControlWrites, TelemetryWrites):
+class Ledger(ShapeWrites, BudgetWrites, BulkWrites, ControlWrites, TelemetryWrites, QuestionWrites):
     """The ledger's use cases over a `Store`: the writes here, register, split and waive in
     `ShapeWrites`, budgets in `BudgetWrites`, bulk dispose and release in `BulkWrites`, flow
-    controls in `ControlWrites`, Claude Code's telemetry in `TelemetryWrites`, the reads in
-    `LedgerReads`."""
+    controls in `ControlWrites`, Claude Code's telemetry in `TelemetryWrites`, block,
+    unblock and cancel in `QuestionWrites`, the reads in `LedgerReads`."""
 
     def __init__(
         self,
@@ -256,104 +253,6 @@ class Ledger(ShapeWrites, BudgetWrites, BulkWrites, ControlWrites, TelemetryWrit
         if row is None:
             raise await self._refused(unit_id, actor, "release", _RELEASABLE, attempt_id)
         return Unit.from_record(row["unit"]), Attempt.from_record(row["attempt"])
-
-    async def block(
-        self,
-        unit_ref: str,
-        actor: Actor,
-        question: str,
-        *,
-        assignee_group_slug: str = "agent-questions",
-        attempt_id: uuid.UUID | None = None,
-    ) -> tuple[Unit, Question]:
-        """in_progress → blocked with a question; the lease pauses until the answer."""
-        unit_id = await self.resolve(unit_ref)
-        row = await self.store.fetchrow(
-            "block_unit",
-            unit_id,
-            actor.holder,
-            attempt_id,
-            question,
-            assignee_group_slug,
-            actor.name,
-        )
-        if row is None:
-            raise await self._refused(unit_id, actor, "block", [State.IN_PROGRESS], attempt_id)
-        return Unit.from_record(row["unit"]), Question.from_record(row["question"])
-
-    async def unblock(
-        self,
-        unit_ref: str,
-        answer: str,
-        actor: Actor,
-        *,
-        question_id: uuid.UUID | None = None,
-        lease_seconds: int | None = None,
-    ) -> tuple[Unit, Question]:
-        """blocked → in_progress: answer the open question; the holder's lease restarts.
-        waiting → ready for a unit parked at its attempt limit: it may be tried
-        max_attempts times more."""
-        unit_id = await self.resolve(unit_ref)
-        row = await self._resume(unit_id, question_id, answer, actor, lease_seconds, None)
-        return Unit.from_record(row["unit"]), Question.from_record(row["question"])
-
-    async def cancel_question(
-        self, question_id: uuid.UUID, actor: Actor, *, reason: str | None = None
-    ) -> Question:
-        """Withdraw an open question; its blocked unit goes back to in_progress."""
-        question = await self.get_question(question_id)
-        if question.status is not QuestionStatus.OPEN:
-            raise InvariantViolation(
-                f"question {question_id} is already {question.status}; only an open question "
-                "can be cancelled",
-                invariant="question_status_final",
-                unit_id=str(question.unit_id),
-            )
-        unit = await self.get_unit(str(question.unit_id))
-        if not actor.privileged and unit.unit.claimed_by != actor.name:
-            raise NotHolder(
-                f"question {question_id} belongs to unit {unit.unit.external_ref}, held by "
-                f"{unit.unit.claimed_by}; only its holder or an operator may cancel it",
-                unit_id=str(unit.unit.id),
-                state=unit.unit.state,
-                allowed=NEXT_ACTIONS[unit.unit.state],
-            )
-        row = await self._resume(None, question_id, None, actor, None, reason)
-        return Question.from_record(row["question"])
-
-    async def _resume(
-        self,
-        unit_id: uuid.UUID | None,
-        question_id: uuid.UUID | None,
-        answer: str | None,
-        actor: Actor,
-        lease_seconds: int | None,
-        reason: str | None,
-    ) -> asyncpg.Record:
-        lease = self._lease(lease_seconds)
-        args = (unit_id, question_id, answer, actor.name, lease, reason)
-        try:
-            row = await self.store.fetchrow("resume_blocked_unit", *args)
-        except InvariantViolation as exc:
-            if exc.invariant != "one_live_claim_per_agent":
-                raise
-            raise await self._holder_busy(unit_id, question_id) from exc
-        if row is not None:
-            return row
-        if unit_id is None:
-            question = await self.get_question(question_id)  # type: ignore[arg-type]
-            unit_id = question.unit_id
-        unit, _ = await self._look(unit_id)
-        if unit.state is State.WAITING and answer is not None:
-            # Parked at its attempt limit: the answer allows max_attempts more.
-            parked = await self.store.fetchrow(
-                "answer_parked_unit", unit_id, question_id, answer, actor.name
-            )
-            if parked is not None:
-                return parked
-        if unit.state is State.BLOCKED:
-            raise refusals.not_the_open_question(unit, question_id)
-        raise refusals.wrong_state(unit, "unblock", [State.BLOCKED])
 
     async def dispose(
         self,
