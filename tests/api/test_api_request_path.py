@@ -19,12 +19,12 @@ from fastapi import FastAPI, Request, Response
 from fastapi.testclient import TestClient
 from structlog.testing import capture_logs
 
+from support.served_app import settings_for
 from work_ledger.api import access_log, answers, body_limit, problems, wire
 from work_ledger.api import metrics as api_metrics
 from work_ledger.api.app import create_app
 from work_ledger.api.collectors import LedgerMetrics
 from work_ledger.api.ratelimit import FailureLimiter
-from work_ledger.config import Settings
 from work_ledger.domain.model import (
     Attempt,
     Claim,
@@ -39,15 +39,8 @@ from work_ledger.domain.model import (
 
 @pytest.fixture(scope="module")
 def app() -> Any:
-    settings = Settings(
-        database_url="postgresql://unused/unused",
-        home=Path("/nonexistent"),
-        lease_seconds=60,
-        stall_seconds=None,
-        evidence_allowed_prefixes=(),
-        url="",
-        token=None,
-        secret="x" * 32,
+    settings = settings_for(
+        "postgresql://unused/unused", Path("/nonexistent"), secret="x" * 32, stall_seconds=None
     )
     return create_app(settings)
 
