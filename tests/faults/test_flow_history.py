@@ -27,8 +27,14 @@ import time
 import asyncpg
 import pytest
 
-from support.flow_history import FlowRows, check_flow, control_after, load_flow
-from support.flow_workload import FlowWorkload, Snapshots
+from support.flow_history import (
+    FlowRows,
+    check_flow,
+    control_after,
+    load_flow,
+    note_top_transactions,
+)
+from support.flow_workload import FlowWorkload, Snapshots, parse_snapshot
 from support.history import check
 from support.replicas import Failover, StartReplicas, start_replicas  # noqa: F401  (fixture)
 from support.served import audit, mint
@@ -68,6 +74,7 @@ async def _run(
     *,
     plant: bool,
 ) -> None:
+    await note_top_transactions(raw)
     replicas = await start_replicas(2)
     urls = [r.url for r in replicas]
     names = [f"steered-{i:02d}" for i in range(AGENTS)]
@@ -119,6 +126,33 @@ async def _run(
     assert len(recorder.ops) >= requests
     if plant:
         _planted_violations_are_found(rows, snapshots.samples, recorder.ops)
+
+
+async def test_a_savepoints_row_is_seen_once_its_transaction_commits(
+    database_url: str, raw: asyncpg.Connection
+) -> None:
+    """The checker's premise, where `xmin` breaks it: a row written in a savepoint (a keyed
+    claim that lost a race) has its subtransaction's id, which no snapshot lists as in
+    progress; its top-level transaction's id is."""
+    await note_top_transactions(raw)
+    insert = (
+        "INSERT INTO control_events (fleet, actor, after, reason)"
+        " VALUES ($1, 'op', '{}', 'the premise of the checker')"
+    )
+    writer = await asyncpg.connect(database_url)
+    try:
+        async with writer.transaction():
+            await writer.execute("SELECT pg_current_xact_id()")  # its top-level id first
+            async with writer.transaction():  # a savepoint, released
+                await writer.execute(insert, "saved")
+            await raw.execute(insert, "later")  # committed: the snapshot's xmax passes ours
+            during = await raw.fetchval("SELECT pg_current_snapshot()::text")
+        after = await raw.fetchval("SELECT pg_current_snapshot()::text")
+    finally:
+        await writer.close()
+    saved = next(c for c in (await load_flow(raw)).controls if c["fleet"] == "saved")
+    assert not parse_snapshot(during, 0, 0).sees(saved["xid"])
+    assert parse_snapshot(after, 0, 0).sees(saved["xid"])
 
 
 async def _rich_enough(raw: asyncpg.Connection, workload: FlowWorkload, requests: int) -> bool:

@@ -1,8 +1,11 @@
 """The flow checker: caps, exclusion keys and pauses held against the ledger's history.
 
 The workload's `Snapshots` sampled `pg_current_snapshot()` every few milliseconds. Every
-event and control event row carries the transaction that wrote it (`xmin`), so the
-committed state of the ledger at each sample is exactly the rows that sample sees. The
+event and control event row is noted with the top-level transaction that wrote it
+(`note_top_transactions`), so the committed state of the ledger at each sample is exactly
+the rows that sample sees. Not `xmin`: a row written in a savepoint (a keyed claim that
+lost a race runs its statements in savepoints) carries its subtransaction's id, which no
+snapshot lists as in progress, so it would look committed before its transaction was. The
 checker replays those states in order (each sample's newly visible rows in id order: one
 unit's events, and one scope's admissions and control changes, commit in id order because
 each takes its row lock before it draws its id) and checks:
@@ -56,22 +59,58 @@ class FlowRows:
     controls: list[Row]  # control_events: id, fleet, domain, after, xid
 
 
+# Test instrumentation in the test's own database: a row's top-level transaction, as
+# pg_current_xact_id() names it inside a savepoint too.
+_NOTE_TOP_TRANSACTIONS = """
+CREATE TABLE flow_top_transactions (
+    tab text NOT NULL, id bigint NOT NULL, top xid8 NOT NULL, PRIMARY KEY (tab, id)
+);
+CREATE FUNCTION flow_note_top_transaction() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public AS $$
+BEGIN
+    INSERT INTO flow_top_transactions VALUES (TG_TABLE_NAME, NEW.id, pg_current_xact_id());
+    RETURN NULL;
+END $$;
+CREATE TRIGGER flow_note_top_transaction AFTER INSERT ON work_unit_events
+    FOR EACH ROW EXECUTE FUNCTION flow_note_top_transaction();
+CREATE TRIGGER flow_note_top_transaction AFTER INSERT ON control_events
+    FOR EACH ROW EXECUTE FUNCTION flow_note_top_transaction();
+"""
+_TOP = (
+    " (SELECT t.top::text::bigint FROM flow_top_transactions AS t"
+    " WHERE t.tab = '{tab}' AND t.id = r.id) AS xid"
+)
+
+
+async def note_top_transactions(conn: asyncpg.Connection) -> None:
+    """From now on, note each event and control event row's top-level transaction."""
+    await conn.execute(_NOTE_TOP_TRANSACTIONS)
+
+
 async def load_flow(conn: asyncpg.Connection) -> FlowRows:
+    """The ledger's rows, each event and control event with its top-level transaction
+    (all written after `note_top_transactions`)."""
+
     def rows(records: list[asyncpg.Record]) -> list[Row]:
-        return [dict(r) for r in records]
+        found: list[Row] = [dict(r) for r in records]
+        assert all(r.get("xid", 0) is not None for r in found), "a row without its transaction"
+        return found
 
     return FlowRows(
         rows(
             await conn.fetch(
-                "SELECT id, unit_id, event_type::text, from_state::text, to_state::text,"
-                " xmin::text::bigint AS xid FROM work_unit_events ORDER BY id"
+                "SELECT r.id, r.unit_id, r.event_type::text, r.from_state::text,"
+                " r.to_state::text,"
+                + _TOP.format(tab="work_unit_events")
+                + " FROM work_unit_events AS r ORDER BY r.id"
             )
         ),
         rows(await conn.fetch("SELECT id, external_ref, fleet, domain, exclusive FROM work_units")),
         rows(
             await conn.fetch(
-                "SELECT id, fleet, domain, after::text AS after, xmin::text::bigint AS xid"
-                " FROM control_events ORDER BY id"
+                "SELECT r.id, r.fleet, r.domain, r.after::text AS after,"
+                + _TOP.format(tab="control_events")
+                + " FROM control_events AS r ORDER BY r.id"
             )
         ),
     )

@@ -12,7 +12,7 @@ same-key duplicates) plus an operator who steers the fleet while the agents work
 - agents, holding nothing, name units of paused, capped or keyed scopes in claims the
   ledger must refuse by the rule.
 A `Snapshots` task samples `pg_current_snapshot()` all along: `flow_history` replays the
-ledger's committed states at those instants from the rows' `xmin`.
+ledger's committed states at those instants from the rows' top-level transactions.
 """
 
 from __future__ import annotations
