@@ -34,11 +34,11 @@ from support.flow_history import (
     load_flow,
     note_top_transactions,
 )
-from support.flow_workload import FlowWorkload, Snapshots, parse_snapshot
+from support.flow_workload import FlowWorkload, Sample, Snapshots, parse_snapshot
 from support.history import check
 from support.replicas import Failover, StartReplicas, start_replicas  # noqa: F401  (fixture)
 from support.served import audit, mint
-from support.workload import Chaos
+from support.workload import Chaos, Op
 from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
@@ -153,6 +153,38 @@ async def test_a_savepoints_row_is_seen_once_its_transaction_commits(
     saved = next(c for c in (await load_flow(raw)).controls if c["fleet"] == "saved")
     assert not parse_snapshot(during, 0, 0).sees(saved["xid"])
     assert parse_snapshot(after, 0, 0).sees(saved["xid"])
+
+
+def test_a_scope_at_its_cap_between_two_samples_excuses_an_empty_answer() -> None:
+    """Live 2 of a cap of 3; between two samples one unit comes in (the scope is full) and
+    two leave. A pull-next answered "nothing" in that window broke no promise, though the
+    count at both samples left room; the rule fails when the cap is 4."""
+    units = [{"id": u, "external_ref": u, "fleet": "f", "domain": "d", "exclusive": None}
+             for u in "ABCR"]  # fmt: skip
+
+    def event(n: int, unit: str, kind: str, was: str | None, to: str, xid: int) -> dict:
+        return {"id": n, "unit_id": unit, "event_type": kind, "from_state": was,
+                "to_state": to, "xid": xid}  # fmt: skip
+
+    events = [
+        *(event(i, u, "registered", None, "ready", 11) for i, u in enumerate("ABCR", 1)),
+        event(5, "B", "claimed", "ready", "claimed", 12),
+        event(6, "C", "claimed", "ready", "claimed", 13),
+        event(7, "A", "claimed", "ready", "claimed", 20),  # at the cap, between the samples
+        event(8, "B", "released", "claimed", "ready", 21),
+        event(9, "C", "released", "claimed", "ready", 22),
+    ]
+    samples = [Sample(t, t + 0.1, x, x, frozenset()) for t, x in ((0, 15), (1, 30), (2, 40))]
+    empty = Op(1, "x", "claim", "POST", "/units/claim", {}, "k", 1, 0.5, 0.6, 200,
+               {"unit": None, "attempt": None}, False, None)  # fmt: skip
+
+    def found(cap: int) -> list[str]:
+        control = {"id": 1, "fleet": "f", "domain": None, "xid": 10,
+                   "after": json.dumps({"max_live": cap})}  # fmt: skip
+        return check_flow(FlowRows(events, units, [control]), samples, [empty]).violations
+
+    assert found(3) == []
+    assert any("answered nothing while 1 units stayed claimable" in v for v in found(4))
 
 
 async def _rich_enough(raw: asyncpg.Connection, workload: FlowWorkload, requests: int) -> bool:

@@ -22,8 +22,9 @@ each takes its row lock before it draws its id) and checks:
   and answered before any resume was sent.
 - **none stranded**: a pull-next that answered "nothing to claim" while some ready unit
   stayed claimable from the sample before it was sent to the sample after its answer (its
-  scopes unpaused and below their caps counting every unit that went live meanwhile, its
-  keys free and taken by nobody meanwhile, nothing else happening to it, and no
+  scopes unpaused and below their caps in each window between two samples, counting the
+  units live at its start and every unit that went live in it, its keys free and taken by
+  nobody meanwhile, nothing else happening to it, and no
   transaction in flight at the later sample about to change it: that one held its row
   lock, which pull-next rightly skips) is a violation.
 - **refusals**: a `cap_reached` names live >= max_live; a `paused` names a scope.
@@ -207,6 +208,7 @@ class _Window:
 
     units: set[Any] = field(default_factory=set)
     keys_taken: set[str] = field(default_factory=set)
+    live_before: Counter[Scope] = field(default_factory=Counter)  # at the sample before
     went_live: Counter[Scope] = field(default_factory=Counter)
     controlled: set[Scope] = field(default_factory=set)
 
@@ -266,7 +268,7 @@ def control_after(text: str) -> dict[str, Any]:
 
 
 def _apply(replay: _Replay, events: list[Row], controls: list[Row]) -> _Window:
-    window = _Window()
+    window = _Window(live_before=Counter(replay.live_count))
     before = {scope: dict(c) for scope, c in replay.controls.items()}
     window_caps: dict[Scope, list[float]] = defaultdict(list)
     resumed: set[Scope] = set()
@@ -355,9 +357,11 @@ def _stayed(replay: _Replay, window: _Window, unit: Any) -> bool:
     for scope in replay.scopes(unit):
         if scope in window.controlled:
             return False
-        # Every unit that went live meanwhile may have been live at once, before the
-        # ones that left: claimable throughout only with room for all of them.
-        if replay.live(scope) + window.went_live[scope] >= replay.cap(scope):
+        # Every unit that went live meanwhile may have been live at once, before any
+        # that left, beside those live at the sample before: claimable throughout only
+        # with room for all of them (not the count at the window's end: two leaving after
+        # one came in hide that the scope was at its cap between).
+        if window.live_before[scope] + window.went_live[scope] >= replay.cap(scope):
             return False
     return True
 
