@@ -325,6 +325,10 @@ CONTROLS = (
 )
 CONFIGS.append(variant("ledger_sql_claim", "ledger_sql_claim_controls", CONTROLS,
                        RAW["ledger_controls_seed"]))  # fmt: skip
+# The same, with the paused units behind the backlog: what skipping them costs.
+BEHIND = ";\n".join(RAW[n] for n in ("ledger_controls_seed", "paused_units_behind"))
+CONFIGS.append(variant("ledger_sql_claim", "ledger_sql_claim_controls_behind",
+                       CONTROLS.replace("ahead in", "behind the backlog in"), BEHIND))  # fmt: skip
 
 # The diagnostics: where the claim's cost goes. ALTER DATABASE applies to the workers'
 # connections, which open after it runs.

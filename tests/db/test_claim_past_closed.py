@@ -1,4 +1,4 @@
-"""Pull-next skips a closed scope without reading its units (migration 0028).
+"""Pull-next skips a closed scope without reading its units (migrations 0028, 0029).
 
 A paused, capped or spent scope ahead in the queue costs a claim one probe per scope, not
 a read of every ready unit it holds. Counted with PostgreSQL's own per-transaction
@@ -17,9 +17,9 @@ from work_ledger.db.queries import QUERIES
 AHEAD = 2_000  # ready units of closed scopes, registered before the open ones
 
 
-async def _seed(raw: asyncpg.Connection, closing: str) -> None:
-    """AHEAD units of fleet `closed` (domain `orders`), then 3 of fleet `open`, and what
-    closes `closed`: a pause, a cap it has reached, or a spent budget."""
+async def _seed(raw: asyncpg.Connection, closing: str, opened: int = 3) -> None:
+    """AHEAD units of fleet `closed` (domain `orders`), then `opened` of fleet `open`, and
+    what closes `closed`: a pause, a cap it has reached, or a spent budget."""
     await raw.execute(
         "INSERT INTO work_units (external_ref, fleet, domain, created_at)"
         " SELECT 'closed-' || g, 'closed', 'orders', now() - interval '1 day' + g * interval '1 ms'"
@@ -28,7 +28,8 @@ async def _seed(raw: asyncpg.Connection, closing: str) -> None:
     )
     await raw.execute(
         "INSERT INTO work_units (external_ref, fleet, domain)"
-        " SELECT 'open-' || g, 'open', 'orders' FROM generate_series(1, 3) AS g"
+        " SELECT 'open-' || g, 'open', 'orders' FROM generate_series(1, $1) AS g",
+        opened,
     )
     if closing == "paused":
         await raw.execute(
@@ -47,17 +48,32 @@ async def _seed(raw: asyncpg.Connection, closing: str) -> None:
     await raw.execute("ANALYZE work_units")
 
 
+READ = (
+    "SELECT sum(pg_stat_get_xact_tuples_returned(indexrelid))::int FROM pg_index"
+    " WHERE indrelid = 'work_units'::regclass"
+)
+
+
+class _RolledBack(Exception):
+    pass
+
+
 async def _claim_reads(
-    raw: asyncpg.Connection, statement: str, domain: str | None
+    raw: asyncpg.Connection, statement: str, domain: str | None, *, keep: bool = True
 ) -> tuple[str, int]:
-    """(external_ref claimed, entries its index scans of work_units returned) for one claim."""
+    """(external_ref claimed, entries its index scans of work_units returned) for one
+    claim, committed or (`keep=False`) rolled back."""
     args = (domain, 60) if statement == "claim_next_unit" else (domain, 60, None)
-    async with raw.transaction():
-        row = await raw.fetchrow(QUERIES[statement], "agent-1", *args)
-        read = await raw.fetchval(
-            "SELECT sum(pg_stat_get_xact_tuples_returned(indexrelid))::int FROM pg_index"
-            " WHERE indrelid = 'work_units'::regclass"
-        )
+    try:
+        async with raw.transaction():
+            # The counts not yet reported include earlier transactions': a difference.
+            before = await raw.fetchval(READ)
+            row = await raw.fetchrow(QUERIES[statement], "agent-1", *args)
+            read = await raw.fetchval(READ) - before
+            if not keep:
+                raise _RolledBack
+    except _RolledBack:
+        pass
     assert row is not None
     assert row["unit"] is not None, "nothing was claimed"
     return row["unit"]["external_ref"], read
@@ -76,6 +92,27 @@ async def test_a_claim_past_a_closed_scope_reads_its_scopes_not_their_units(
         f"a claim past {AHEAD} units of a {closing} scope read {read} index entries: "
         "it read the closed scope's units"
     )
+
+
+@pytest.mark.parametrize("domain", [None, "orders"])
+@pytest.mark.parametrize("statement", ["claim_next_unit", "claim_unit"])
+async def test_a_claim_past_a_closed_scope_reads_its_scopes_when_units_carry_keys(
+    raw: asyncpg.Connection, domain: str | None, statement: str
+) -> None:
+    """Behind a few closed units, a big open scope whose units carry exclusion keys: the
+    planner guesses that the key test passes half of them, and an ordered walk of the whole
+    ready queue (through the closed units) looks as cheap as the open scope's own index.
+    The scan is bounded below by the scope's head. Ten claims on one connection, so that
+    PL/pgSQL's cached generic plan runs too."""
+    await _seed(raw, "paused", opened=20_000)
+    await raw.execute(
+        "UPDATE work_units SET exclusive = ARRAY['module-' || external_ref] WHERE fleet = 'open';"
+        " ANALYZE work_units"
+    )
+    for run in range(10):
+        claimed, read = await _claim_reads(raw, statement, domain, keep=False)
+        assert claimed == "open-1"
+        assert read < 50, f"claim {run + 1} on one connection read {read} index entries"
 
 
 @pytest.mark.parametrize("statement", ["claim_next_unit", "claim_unit"])
