@@ -16,13 +16,12 @@ import asyncpg
 import pytest
 
 from support.history import check
-from support.served import StartServer, cli, client, ledger_env, mint
+from support.served import StartServer, cli, client, ledger_env, mint_fleet
 from support.worked import worked
 from support.workload import Chaos, Recorder, Workload
 from work_ledger.db.connect import DATABASE_NAME, connect, with_database
 from work_ledger.embedded.server import embedded_server_url
 from work_ledger.service.ledger import Ledger
-from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 TABLES = {
@@ -37,17 +36,12 @@ async def _loaded(start_server: StartServer, agents: int = 6) -> tuple[Workload,
     """A server with agents at work on it (the caller stops them)."""
     server = await start_server()
     names = [f"keep-agent-{i}" for i in range(agents)]
-    operator, triage, *tokens = await mint(
-        server.env["WL_DATABASE_URL"],
-        [(Role.OPERATOR, "op"), (Role.TRIAGE, "triage")] + [(Role.AGENT, n) for n in names],
-    )
+    operator, triage, tokens = await mint_fleet(server.env["WL_DATABASE_URL"], names)
     async with client(server.url, operator, timeout=30) as op:
         units = [{"external_ref": f"keep-{i}", "fleet": "f"} for i in range(300)]
         assert (await op.post("/units", json={"units": units})).status_code == 200
     chaos = Chaos(client_timeout=0.0, die=0.05, refused=0.1, duplicate=0.1, block=0.2)
-    return Workload(
-        server.url, dict(zip(names, tokens, strict=True)), triage, chaos=chaos
-    ), server.env
+    return Workload(server.url, tokens, triage, chaos=chaos), server.env
 
 
 def _before(recorder: Recorder, moment: float) -> Recorder:

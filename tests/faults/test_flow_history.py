@@ -21,7 +21,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import signal
 import time
 
 import asyncpg
@@ -36,10 +35,14 @@ from support.flow_history import (
 )
 from support.flow_workload import FlowWorkload, Sample, Snapshots, parse_snapshot
 from support.history import check
-from support.replicas import Failover, StartReplicas, start_replicas  # noqa: F401  (fixture)
-from support.served import audit, mint
+from support.replicas import (  # noqa: F401  (a fixture)
+    Failover,
+    StartReplicas,
+    start_replicas,
+    through_a_replica_kill,
+)
+from support.served import audit, mint_fleet
 from support.workload import Chaos, Op
-from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 AGENTS = 12
@@ -78,13 +81,10 @@ async def _run(
     replicas = await start_replicas(2)
     urls = [r.url for r in replicas]
     names = [f"steered-{i:02d}" for i in range(AGENTS)]
-    operator, triage, *tokens = await mint(
-        database_url,
-        [(Role.OPERATOR, "op"), (Role.TRIAGE, "triage")] + [(Role.AGENT, n) for n in names],
-    )
+    operator, triage, agents = await mint_fleet(database_url, names)
     workload = FlowWorkload(
         urls[0],
-        dict(zip(names, tokens, strict=True)),
+        agents,
         triage,
         operator=operator,
         chaos=Chaos(die=0.05, block=0.1, refused=0.15),
@@ -94,17 +94,13 @@ async def _run(
     snapshots = Snapshots(database_url)
     sampler = asyncio.create_task(snapshots.run())
     started = time.monotonic()
-    load_task = asyncio.create_task(workload.run())
-    async with asyncio.timeout(240 if requests < 10_000 else 800):
-        while len(workload.recorder.ops) < requests * 0.4:  # noqa: ASYNC110  (a count)
-            await asyncio.sleep(0.1)
-        replicas[1].kill(signal.SIGKILL)  # its agents fail over to the other replica
-        await asyncio.sleep(1.5)
-        await replicas[1].start()
-        while not await _rich_enough(raw, workload, requests):  # noqa: ASYNC110
-            await asyncio.sleep(0.2)
-    workload.stop.set()
-    recorder = await load_task
+    recorder = await through_a_replica_kill(
+        workload,
+        replicas[1],
+        kill_after=requests * 0.4,
+        rich_enough=lambda: _rich_enough(raw, workload, requests),
+        seconds=240 if requests < 10_000 else 800,
+    )
     snapshots.stop.set()
     await sampler
     seconds = time.monotonic() - started

@@ -13,9 +13,8 @@ import pytest
 
 from support.history import check
 from support.replicas import Failover, StartReplicas, start_replicas  # noqa: F401  (shared fixture)
-from support.served import audit, client, mint
+from support.served import audit, client, mint_fleet
 from support.workload import Chaos, Workload
-from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 AGENTS = 9
@@ -30,10 +29,7 @@ async def test_replica_killed_under_load_loses_nothing(
     replicas = await start_replicas(REPLICAS)
     urls = [r.url for r in replicas]
     names = [f"spread-{i}" for i in range(AGENTS)]
-    operator, triage, *tokens = await mint(
-        database_url,
-        [(Role.OPERATOR, "op"), (Role.TRIAGE, "triage")] + [(Role.AGENT, n) for n in names],
-    )
+    operator, triage, agents = await mint_fleet(database_url, names)
     async with client(urls[0], operator, timeout=30) as op:
         units = [{"external_ref": f"spread-{i}", "fleet": "f"} for i in range(300)]
         assert (await op.post("/units", json={"units": units})).status_code == 200
@@ -44,9 +40,7 @@ async def test_replica_killed_under_load_loses_nothing(
         return transports[index]
 
     chaos = Chaos(client_timeout=0.0, die=0.0, refused=0.1, duplicate=0.1, block=0.1)
-    workload = Workload(
-        urls[0], dict(zip(names, tokens, strict=True)), triage, chaos=chaos, transport=transport
-    )
+    workload = Workload(urls[0], agents, triage, chaos=chaos, transport=transport)
     load = asyncio.create_task(workload.run())
     await asyncio.sleep(2.0)
     victim = replicas[1]

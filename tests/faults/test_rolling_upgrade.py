@@ -19,10 +19,9 @@ import httpx
 import pytest
 
 from support.history import check
-from support.served import Served, StartServer, audit, mint
+from support.served import Served, StartServer, audit, mint_fleet
 from support.workload import Chaos, Recorder, Workload
 from work_ledger.db.migrate import Migration, apply_migrations, load_migrations
-from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 AGENTS = 8
@@ -76,10 +75,7 @@ async def test_replicas_of_this_release_keep_serving_while_the_next_one_migrates
     replace the old ones one by one: no 5xx but 503s, no history violation, audit clean."""
     old = [await start_server(), await start_server()]
     names = [f"roll-{i}" for i in range(AGENTS)]
-    operator, triage, *tokens = await mint(
-        database_url,
-        [(Role.OPERATOR, "op"), (Role.TRIAGE, "triage")] + [(Role.AGENT, n) for n in names],
-    )
+    operator, triage, agents = await mint_fleet(database_url, names)
     live = [s.url for s in old]
     answered: collections.Counter[str] = collections.Counter()
     async with httpx.AsyncClient(
@@ -89,7 +85,7 @@ async def test_replicas_of_this_release_keep_serving_while_the_next_one_migrates
         assert (await op.post("/units", json={"units": units})).status_code == 200
     workload = Workload(
         live[0],
-        dict(zip(names, tokens, strict=True)),
+        agents,
         triage,
         chaos=Chaos(die=0.02),
         transport=lambda _: Fleet(live, answered),

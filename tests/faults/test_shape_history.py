@@ -16,22 +16,24 @@ WL_HISTORY_REQUESTS sets how many recorded requests the run reaches before it st
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 import time
 
 import asyncpg
 import pytest
 
 from support.history import check
-from support.replicas import Failover, StartReplicas, start_replicas  # noqa: F401  (fixture)
-from support.served import audit, mint
+from support.replicas import (  # noqa: F401  (a fixture)
+    Failover,
+    StartReplicas,
+    start_replicas,
+    through_a_replica_kill,
+)
+from support.served import audit, mint_fleet
 from support.shape_history import check_shape
 from support.shape_rows import load
 from support.shaped_workload import ShapedWorkload
 from support.workload import Chaos
-from work_ledger.service.tokens import Role
 
 pytestmark = pytest.mark.faults
 AGENTS = 12
@@ -46,13 +48,10 @@ async def test_shape_and_money_under_faults_keep_every_promise(
     replicas = await start_replicas(2)
     urls = [r.url for r in replicas]
     names = [f"shaper-{i:02d}" for i in range(AGENTS)]
-    operator, triage, *tokens = await mint(
-        database_url,
-        [(Role.OPERATOR, "op"), (Role.TRIAGE, "triage")] + [(Role.AGENT, n) for n in names],
-    )
+    operator, triage, agents = await mint_fleet(database_url, names)
     workload = ShapedWorkload(
         urls[0],
-        dict(zip(names, tokens, strict=True)),
+        agents,
         triage,
         operator=operator,
         chaos=Chaos(die=0.04, block=0.08, refused=0.2),
@@ -60,17 +59,13 @@ async def test_shape_and_money_under_faults_keep_every_promise(
     )
     workload.doomed = {names[0], names[1]}  # two early deaths: reclaims are certain
     started = time.monotonic()
-    load_task = asyncio.create_task(workload.run())
-    async with asyncio.timeout(240):  # inside pytest-timeout's 300 s
-        while len(workload.recorder.ops) < REQUESTS * 0.4:  # noqa: ASYNC110  (a count)
-            await asyncio.sleep(0.1)
-        replicas[1].kill(signal.SIGKILL)  # its agents fail over to the other replica
-        await asyncio.sleep(1.5)
-        await replicas[1].start()
-        while not await _rich_enough(raw, workload):  # noqa: ASYNC110  (a database fact)
-            await asyncio.sleep(0.2)
-    workload.stop.set()
-    recorder = await load_task
+    recorder = await through_a_replica_kill(  # inside pytest-timeout's 300 s
+        workload,
+        replicas[1],
+        kill_after=REQUESTS * 0.4,
+        rich_enough=lambda: _rich_enough(raw, workload),
+        seconds=240,
+    )
     seconds = time.monotonic() - started
 
     base = await check(raw, recorder)

@@ -8,6 +8,8 @@ its own replica and moves to the next when a connection fails or a replica answe
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ import pytest
 import trustme
 
 from support.served import Served, ledger_env
+from support.workload import Recorder, Workload
 
 StartReplicas = Callable[..., Awaitable[list[Served]]]
 
@@ -108,3 +111,27 @@ class Failover(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+async def through_a_replica_kill(
+    workload: Workload,
+    victim: Served,
+    *,
+    kill_after: float,
+    rich_enough: Callable[[], Awaitable[bool]],
+    seconds: float,
+) -> Recorder:
+    """Run `workload` until it has recorded `kill_after` requests, SIGKILL `victim` (its
+    agents fail over to the other replicas) and restart it; go on until `rich_enough()`
+    says the history holds what the checks need, all within `seconds`; then stop."""
+    load = asyncio.create_task(workload.run())
+    async with asyncio.timeout(seconds):
+        while len(workload.recorder.ops) < kill_after:  # noqa: ASYNC110  (a count)
+            await asyncio.sleep(0.1)
+        victim.kill(signal.SIGKILL)
+        await asyncio.sleep(1.5)
+        await victim.start()
+        while not await rich_enough():  # noqa: ASYNC110  (a database fact)
+            await asyncio.sleep(0.2)
+    workload.stop.set()
+    return await load

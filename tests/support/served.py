@@ -204,6 +204,13 @@ async def mint(database_url: str, grants: Sequence[tuple[Role, str]]) -> list[st
         await pool.close()
 
 
+async def mint_fleet(database_url: str, names: Sequence[str]) -> tuple[str, str, dict[str, str]]:
+    """An operator's token ("op"), triage's ("triage"), and each agent's of `names`."""
+    grants = [(Role.OPERATOR, "op"), (Role.TRIAGE, "triage")] + [(Role.AGENT, n) for n in names]
+    operator, triage, *tokens = await mint(database_url, grants)
+    return operator, triage, dict(zip(names, tokens, strict=True))
+
+
 async def audit(env: dict[str, str]) -> tuple[int, str]:
     """`work-ledger audit` in a subprocess: (exit code, what it printed)."""
     return await cli(env, "audit")
