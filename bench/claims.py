@@ -318,14 +318,13 @@ def variant(base: str, name: str, note: str, db_setup: str) -> Config:
     return dataclasses.replace(config, name=name, loop=f"{config.loop}; {note}", db_setup=db_setup)
 
 
-# Pull-next against the same backlog with flow controls that stop none of it.
+# Pull-next with flow controls that stop none of the backlog, paused units ahead or behind it.
 CONTROLS = (
     "with flow controls (raw.sql ledger_controls_seed): a key on each claimed unit, 200 "
     "other fleets capped, every other one paused, 1,000 paused units ahead in the queue"
 )
 CONFIGS.append(variant("ledger_sql_claim", "ledger_sql_claim_controls", CONTROLS,
                        RAW["ledger_controls_seed"]))  # fmt: skip
-# The same, with the paused units behind the backlog: what skipping them costs.
 BEHIND = ";\n".join(RAW[n] for n in ("ledger_controls_seed", "paused_units_behind"))
 CONFIGS.append(variant("ledger_sql_claim", "ledger_sql_claim_controls_behind",
                        CONTROLS.replace("ahead in", "behind the backlog in"), BEHIND))  # fmt: skip
