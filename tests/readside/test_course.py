@@ -234,6 +234,47 @@ async def test_todays_writes_are_counted_as_they_happen(
     )
 
 
+# The night shift's attempt moved back to 23:00 yesterday (UTC), its claim's note with it:
+# a raw edit, past the guard that keeps an attempt's start.
+NIGHT_SHIFT = """
+WITH attempt AS (
+    UPDATE work_unit_attempts
+    SET started_at = wl_utc_day(now())::timestamp AT TIME ZONE 'UTC' - interval '1 hour'
+    WHERE agent_id = 'agent-night'
+)
+UPDATE wl_day_notes SET day = wl_utc_day(now()) - 1 WHERE agent_id = 'agent-night'
+"""
+
+
+async def test_an_attempt_running_since_yesterday_counts_today_once_folded(
+    ledger: Ledger, raw: asyncpg.Connection
+) -> None:
+    """The fold adds today's agents of the attempts running since an earlier day, and only
+    those: an attempt begun today was noted for today by its claim, so the fold does not
+    read it again (migration 0030). Before a fold, the night shift's agent counts for
+    yesterday only; after it, for today too, and the audit agrees."""
+    await ledger.register([NewUnit(r, "fleet-a", "course") for r in ("n1", "d1")], OPERATOR)
+    await _work(ledger, "n1", "agent-night", 7)
+    async with raw.transaction():
+        await raw.execute("SET LOCAL session_replication_role = replica")
+        await raw.execute(NIGHT_SHIFT)
+    await _work(ledger, "d1", "agent-day", 5)
+    running = await raw.fetch("SELECT day, domain, agent_id FROM wl_running_agents_today")
+    today = await raw.fetchval("SELECT wl_utc_day(now())")
+    assert [tuple(r) for r in running] == [(today, "course", "agent-night")]
+    assert (await _today(raw, "course"))["agents"] == 1
+    assert await raw.fetchval("SELECT wl_fold_read_summaries()") > 0
+    assert (await _today(raw, "course"))["agents"] == 2
+    assert (await _today(raw, "(all)"))["agents"] == 2
+    yesterday = await raw.fetchrow(
+        "SELECT agents FROM v_daily WHERE day = $1 AND domain = 'course'",
+        today - dt.timedelta(days=1),
+    )
+    assert yesterday is not None
+    assert yesterday["agents"] == 1
+    assert await raw.fetch("SELECT * FROM wl_read_summary_drift()") == []
+
+
 async def test_the_audit_names_a_broken_daily_tally_and_the_rebuild_repairs_it(
     ledger: Ledger, raw: asyncpg.Connection
 ) -> None:

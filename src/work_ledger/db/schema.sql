@@ -3769,19 +3769,27 @@ CREATE VIEW wl_rework_tallies_scan AS
   GROUP BY domain;
 
 -- view: wl_running_agents_today
--- (from 0023_keep_the_programs_course:)
--- The running attempts' agents, today: a claim noted its first day, its end will note
--- every day it ran, and each fold notes today, so a day an attempt runs through is kept
--- by that day's folds (serve folds every second). Read by the fold only: per read it would
--- join every running attempt to its unit. Few rows (one live claim per agent), from the
--- partial index of running attempts.
+-- (from 0030_fold_notes_only_older_running_attempts:)
+-- The fold notes today's agents of the running attempts that began before today only.
+--
+-- 0023's wl_running_agents_today listed every running attempt's agent, and each fold (every
+-- second) tried to add each one to today's agents, though an attempt begun today was noted
+-- for today by its claim already (wl_note_attempt_started). Every one but the first was a
+-- conflict: with 8,125 attempts running (bench's claim+start, which leaves each unit in
+-- progress), the fold's day-notes statement joined them all to their units and probed
+-- wl_daily_agents 16,250 times, 87 of the fold's 141 ms, each second.
+--
+-- Only an attempt begun on an earlier day still needs the fold, to be counted on the days
+-- it runs through while it runs (its end notes every day it ran). Those are the view now.
+-- One that commits its claim after the first fold of a new day, though begun the day
+-- before, is still running and begun before today at the next fold: nothing is missed.
 CREATE VIEW wl_running_agents_today AS
  SELECT wl_utc_day(now()) AS day,
     u.domain,
     a.agent_id
    FROM (work_unit_attempts a
      JOIN work_units u ON ((u.id = a.unit_id)))
-  WHERE (a.outcome IS NULL);
+  WHERE ((a.outcome IS NULL) AND (wl_utc_day(a.started_at) < wl_utc_day(now())));
 
 -- table: wl_schema_migrations
 CREATE TABLE wl_schema_migrations (

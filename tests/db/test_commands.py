@@ -1,0 +1,81 @@
+"""The commands a keyed write sends in one round trip (`db/store.commands`): the values
+written into them read back as themselves, whatever they hold, and the outcome's UPDATE
+finds its key through the primary key."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from work_ledger.db.connect import create_pool
+from work_ledger.db.store import Store, commands
+
+TEXTS = [
+    "agent:bench-agent-1/w-0",
+    "it's",
+    "''",
+    "back\\slash",
+    "\\'; SELECT 1; --",
+    "E'x'",
+    "'; DROP TABLE work_units; --",
+    "$$ $x$",
+    "{scope}",
+    "ünïcødé ✓ 🦀",
+]
+DIGEST = b"\x00'\\" + bytes(range(256))
+FIND = "SELECT scope, key, request_hash FROM wl_idempotency_keys WHERE request_hash = $1"
+
+
+@pytest.mark.parametrize("conforming", ["on", "off"])
+async def test_text_written_into_commands_reads_back_as_itself(
+    database_url: str, conforming: str
+) -> None:
+    """Quotes, backslashes (with standard_conforming_strings on and off), dollar quotes,
+    braces and characters past ASCII are stored as sent: none of them ends the literal."""
+    settings = {"standard_conforming_strings": conforming}
+    pool = await create_pool(database_url, min_size=1, max_size=1, server_settings=settings)
+    try:
+        store = Store(pool)
+        for text in TEXTS:
+            tx, status = await store.begin(
+                "idempotency_begin_reserve", scope=text, key=text, digest=DIGEST, takeover=0
+            )
+            try:
+                assert status == "INSERT 0 1"
+                row = await tx.conn.fetchrow(FIND, DIGEST)
+            finally:
+                await tx.end()
+            assert row is not None
+            assert (row["scope"], row["key"], row["request_hash"]) == (text, text, DIGEST)
+        assert await pool.fetchval("SELECT count(*) FROM work_units") == 0
+    finally:
+        await pool.close()
+
+
+def test_text_holding_a_nul_is_refused_before_it_is_sent() -> None:
+    """A NUL would end the query string PostgreSQL reads: refused here, not cut there."""
+    values = {"scope": "a\x00b", "key": "k", "digest": b"", "takeover": 0}
+    with pytest.raises(ValueError, match="NUL"):
+        commands("idempotency_begin_reserve", values)
+
+
+async def test_the_outcome_finds_its_key_by_the_primary_key(raw: asyncpg.Connection) -> None:
+    """The UPDATE that stores a keyed write's outcome searches wl_idempotency_keys_pkey.
+    Scans are switched off, so any plan that still scans could not use the index at all."""
+    sent = commands(
+        "idempotency_complete_commit",
+        {
+            "scope": "agent:a",
+            "key": "k-1",
+            "status": 200,
+            "content_type": "application/json",
+            "body": b"{}",
+        },
+    )
+    update, commit = sent.rsplit(";", 1)
+    assert commit.strip() == "COMMIT"
+    async with raw.transaction():
+        await raw.execute("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(r[0] for r in await raw.fetch(f"EXPLAIN {update}"))
+    assert "wl_idempotency_keys_pkey" in plan, plan
+    assert "Seq Scan" not in plan, plan
