@@ -70,6 +70,49 @@ async def test_pull_next_in_a_domain_keeps_its_generic_plan(raw: asyncpg.Connect
     assert await _plans(raw, statement) == (RUNS - CUSTOM_FIRST, CUSTOM_FIRST)
 
 
+# 2,000 of the seeded units live at once, each held by an agent of its own: a raw edit past
+# the claim's triggers, which only the statistics need to see.
+GO_LIVE = """
+UPDATE work_units
+SET state = 'claimed', claimed_by = 'holder-' || external_ref, attempt_count = 1,
+    lease_expires_at = now() + interval '1 hour', last_heartbeat_at = now()
+WHERE id IN (SELECT id FROM work_units WHERE state = 'ready' ORDER BY created_at DESC
+             LIMIT 2000)
+"""
+
+
+async def test_pull_next_keeps_its_generic_plan_as_units_go_live(
+    raw: asyncpg.Connection,
+) -> None:
+    """A capped scope's live count was a subquery costed into every claim, its estimate
+    growing with the live units ANALYZE counts: once they did, PostgreSQL weighed the
+    dearer generic plan against the cheap custom plans of before and planned every claim
+    anew, hundreds in a row (0031 counts them in a function). The plan cache keeps its
+    generic plan through a rise of 2,000 live units."""
+    await raw.execute(
+        "INSERT INTO work_units (external_ref, fleet)"
+        " SELECT 'plan-' || g, 'plans' FROM generate_series(1, 3000) AS g"
+    )
+    await raw.execute("ANALYZE work_units")
+    statement = QUERIES["claim_next_unit"]
+    for i in range(CUSTOM_FIRST + 1):
+        await raw.fetchrow(statement, f"planner-{i}", None, 60)
+    async with raw.transaction():
+        await raw.execute("SET LOCAL session_replication_role = replica")
+        await raw.execute(GO_LIVE)
+    await raw.execute("ANALYZE work_units")
+    _, custom_before = await _plans(raw, statement)
+    for i in range(RUNS):
+        row = await raw.fetchrow(statement, f"grown-{i}", None, 60)
+        assert row is not None
+        assert row["unit"] is not None, "the backlog ran dry"
+    _, custom = await _plans(raw, statement)
+    assert custom == custom_before, (
+        f"pull-next was planned for its parameters {custom - custom_before} times in {RUNS} "
+        "runs after the live units grew: its generic plan's estimate grew with them"
+    )
+
+
 async def test_a_units_life_runs_on_generic_plans(database_url: str) -> None:
     """Every statement of a unit's life (claim, start, heartbeat, cost, verify, dispose),
     run on one pooled connection as serve runs them, is planned for its parameters only
