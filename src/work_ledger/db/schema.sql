@@ -1131,6 +1131,63 @@ CREATE FUNCTION wl_live_units(fleet text, domain text) RETURNS bigint
       AND (wl_live_units.domain IS NULL OR u.domain = wl_live_units.domain)
 $$;
 
+-- function: wl_mark_paused_scope()
+CREATE FUNCTION wl_mark_paused_scope() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' AND OLD.paused
+       AND (TG_OP = 'DELETE' OR NOT NEW.paused
+            OR (NEW.fleet, NEW.domain) IS DISTINCT FROM (OLD.fleet, OLD.domain)) THEN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION USING ERRCODE = 'check_violation',
+                CONSTRAINT = 'unit_paused_mark_kept',
+                MESSAGE = format('fleet %s%s: a pause is lifted in a READ COMMITTED '
+                                 'transaction only, not %s', OLD.fleet,
+                                 coalesce(' domain ' || OLD.domain, ''),
+                                 upper(current_setting('transaction_isolation'))),
+                HINT = 'resume the scope with POST /controls, or in READ COMMITTED';
+        END IF;
+        UPDATE work_units AS u SET in_paused_scope = false
+        WHERE u.in_paused_scope AND u.fleet = OLD.fleet
+          AND (OLD.domain IS NULL OR u.domain = OLD.domain)
+          AND NOT EXISTS (SELECT FROM controls AS c
+                          WHERE c.fleet = u.fleet AND (c.domain IS NULL OR c.domain = u.domain)
+                            AND c.paused);
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.paused
+       AND (TG_OP = 'INSERT' OR NOT OLD.paused
+            OR (NEW.fleet, NEW.domain) IS DISTINCT FROM (OLD.fleet, OLD.domain)) THEN
+        UPDATE work_units AS u SET in_paused_scope = true
+        WHERE u.id IN (SELECT r.id FROM work_units AS r
+                       WHERE r.state = 'ready' AND NOT r.in_paused_scope AND r.fleet = NEW.fleet
+                         AND (NEW.domain IS NULL OR r.domain = NEW.domain)
+                       FOR NO KEY UPDATE SKIP LOCKED);
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- function: wl_mark_paused_unit()
+CREATE FUNCTION wl_mark_paused_unit() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    paused boolean := NEW.state = 'ready' AND wl_unit_paused(NEW.fleet, NEW.domain);
+BEGIN
+    -- A mark written by hand (not by a trigger of the ledger's: pg_trigger_depth() is 1)
+    -- that disagrees with controls is refused rather than corrected.
+    IF pg_trigger_depth() = 1 AND NEW.in_paused_scope <> paused
+       AND (CASE WHEN TG_OP = 'INSERT' THEN NEW.in_paused_scope
+                 ELSE NEW.in_paused_scope <> OLD.in_paused_scope END) THEN
+        RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = 'unit_paused_mark_kept',
+            MESSAGE = format('unit %s: in_paused_scope is kept by the ledger from controls '
+                             '(%s now)', NEW.external_ref, paused),
+            HINT = 'pause or resume its scope with POST /controls';
+    END IF;
+    NEW.in_paused_scope := paused;
+    RETURN NEW;
+END $$;
+
 -- function: wl_move_unit_costs()
 -- (from 0027_one_read_side_mechanism:)
 -- A unit moved to another fleet or domain (raw SQL: no write path does it) takes the sums
@@ -1812,6 +1869,21 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- function: wl_unit_paused(text, text)
+-- (from 0032_keep_paused_units_out_of_the_queue:)
+-- Whether a pause holds a unit of this fleet and domain now; the rows are locked FOR
+-- SHARE, so a pause being lifted is waited for and read as it commits.
+CREATE FUNCTION wl_unit_paused(fleet text, domain text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM FROM controls AS c
+    WHERE c.fleet = wl_unit_paused.fleet
+      AND (c.domain IS NULL OR c.domain = wl_unit_paused.domain) AND c.paused
+    FOR SHARE;
+    RETURN FOUND;
+END $$;
+
 -- function: wl_unit_ranks_drift()
 -- (from 0021_rank_only_ranked_units:)
 -- Ranks: a unit that costs something or was claimed more than once, not in
@@ -2108,6 +2180,7 @@ CREATE TABLE work_units (
     failed_attempts integer DEFAULT 0 NOT NULL,
     unfinished_prerequisites integer DEFAULT 0 NOT NULL,
     exclusive text[],
+    in_paused_scope boolean DEFAULT false NOT NULL,
     CONSTRAINT unit_attempt_count_not_negative CHECK ((attempt_count >= 0)),
     CONSTRAINT unit_attempts_within_allowance CHECK (((failed_attempts >= 0) AND (failed_attempts <= attempts_allowed))),
     CONSTRAINT unit_cost_not_negative CHECK ((cost_cents >= 0)),
@@ -2128,6 +2201,9 @@ END),
     CONSTRAINT unit_prerequisites_not_negative CHECK ((unfinished_prerequisites >= 0)),
     CONSTRAINT unit_ready_only_when_prerequisites_finished CHECK (((unfinished_prerequisites = 0) OR (state = ANY (ARRAY['waiting'::work_state, 'abandoned'::work_state]))))
 );
+
+-- comment: COLUMN work_units.in_paused_scope
+COMMENT ON COLUMN work_units.in_paused_scope IS 'A ready unit that a pause over its fleet or domain holds, kept by the database from controls (0032): out of the indexes pull-next walks. False otherwise, or for a moment while a pause is begun.';
 
 -- view: v_controls
 -- (from 0022_steer_the_fleet:)
@@ -4130,13 +4206,18 @@ CREATE INDEX work_units_listing_idx ON work_units USING btree ((created_at AT TI
 -- index: work_units_parent_idx
 CREATE INDEX work_units_parent_idx ON work_units USING btree (parent_id) WHERE (parent_id IS NOT NULL);
 
+-- index: work_units_paused_idx
+-- (from 0032_keep_paused_units_out_of_the_queue:)
+-- Lifting a pause finds its marked units here.
+CREATE INDEX work_units_paused_idx ON work_units USING btree (fleet, domain) WHERE in_paused_scope;
+
 -- index: work_units_ready_domain_idx
-CREATE INDEX work_units_ready_domain_idx ON work_units USING btree (domain, created_at, id) WHERE (state = 'ready'::work_state);
+CREATE INDEX work_units_ready_domain_idx ON work_units USING btree (domain, created_at, id) WHERE ((state = 'ready'::work_state) AND (NOT in_paused_scope));
 
 -- index: work_units_ready_idx
 -- (from 0001_create_ledger:)
 -- Pull-next scans ready units oldest first; stale reclaim scans leases by expiry.
-CREATE INDEX work_units_ready_idx ON work_units USING btree (created_at, id) WHERE (state = 'ready'::work_state);
+CREATE INDEX work_units_ready_idx ON work_units USING btree (created_at, id) WHERE ((state = 'ready'::work_state) AND (NOT in_paused_scope));
 
 -- index: work_units_ready_scope_idx
 -- (from 0028_claim_skips_closed_scopes:)
@@ -4228,6 +4309,9 @@ CREATE TRIGGER control_events_append_only BEFORE DELETE OR UPDATE ON control_eve
 
 -- trigger: control_events control_events_append_only_truncate
 CREATE TRIGGER control_events_append_only_truncate BEFORE TRUNCATE ON control_events FOR EACH STATEMENT EXECUTE FUNCTION wl_refuse_rewrite('control_events_append_only');
+
+-- trigger: controls controls_mark_paused_units
+CREATE TRIGGER controls_mark_paused_units AFTER INSERT OR DELETE OR UPDATE ON controls FOR EACH ROW EXECUTE FUNCTION wl_mark_paused_scope();
 
 -- trigger: controls controls_notify_opened
 CREATE TRIGGER controls_notify_opened AFTER UPDATE ON controls FOR EACH ROW WHEN (((old.paused AND (NOT new.paused)) OR ((new.max_live IS NULL) AND (old.max_live IS NOT NULL)) OR (new.max_live > old.max_live))) EXECUTE FUNCTION wl_notify_controls();
@@ -4352,6 +4436,15 @@ CREATE TRIGGER work_units_hold_keys AFTER UPDATE OF state, exclusive ON work_uni
 
 -- trigger: work_units work_units_hold_keys_inserted
 CREATE TRIGGER work_units_hold_keys_inserted AFTER INSERT ON work_units FOR EACH ROW WHEN (((new.exclusive IS NOT NULL) AND (new.state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state, 'blocked'::work_state])))) EXECUTE FUNCTION wl_hold_keys();
+
+-- trigger: work_units work_units_mark_paused
+-- (from 0032_keep_paused_units_out_of_the_queue:)
+-- A claim (ready to claimed, unmarked) fires nothing: it neither enters ready nor carries
+-- a mark.
+CREATE TRIGGER work_units_mark_paused BEFORE UPDATE OF state, fleet, domain, in_paused_scope ON work_units FOR EACH ROW WHEN ((((new.state = 'ready'::work_state) AND ((old.state <> 'ready'::work_state) OR (new.fleet <> old.fleet) OR (new.domain <> old.domain))) OR (new.in_paused_scope AND (new.state <> 'ready'::work_state)) OR (new.in_paused_scope <> old.in_paused_scope))) EXECUTE FUNCTION wl_mark_paused_unit();
+
+-- trigger: work_units work_units_mark_paused_inserted
+CREATE TRIGGER work_units_mark_paused_inserted BEFORE INSERT ON work_units FOR EACH ROW WHEN (((new.state = 'ready'::work_state) OR new.in_paused_scope)) EXECUTE FUNCTION wl_mark_paused_unit();
 
 -- trigger: work_units work_units_notify_ready
 CREATE TRIGGER work_units_notify_ready AFTER UPDATE OF state ON work_units FOR EACH ROW WHEN (((new.state = 'ready'::work_state) AND (old.state <> 'ready'::work_state))) EXECUTE FUNCTION wl_notify_claimable();

@@ -154,6 +154,7 @@ class Unit:
 
     @classmethod
     def from_record(cls, record: Any) -> Unit:
+        # The columns after these are the database's own (in_paused_scope, 0032).
         unit = cls(*record[:_UNIT_FIELDS])
         object.__setattr__(unit, "state", _STATES[unit.state])
         if unit.disposition is not None:

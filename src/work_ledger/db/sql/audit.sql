@@ -155,6 +155,18 @@ WITH transitions AS (
                            WHEN 'abandoned' THEN coalesce(u.disposition IN ('DROPPED', 'DEFERRED', 'DEAD'), false)
                            ELSE u.disposition IS NULL END
        OR (u.disposition IS NULL) <> (u.disposed_at IS NULL)
+    UNION ALL
+    -- A mark no pause holds would keep the unit out of pull-next's queue (0032). (A paused
+    -- unit left unmarked is allowed: it only costs a claim the way past it.)
+    SELECT u.id, 'unit_paused_mark_kept',
+           format('unit is %s and marked in_paused_scope, but no pause holds fleet %s, domain %s',
+                  u.state, u.fleet, u.domain)
+    FROM work_units AS u
+    WHERE u.in_paused_scope
+      AND (u.state <> 'ready'
+           OR NOT EXISTS (SELECT FROM controls AS c
+                          WHERE c.fleet = u.fleet AND (c.domain IS NULL OR c.domain = u.domain)
+                            AND c.paused))
 )
 SELECT v.unit_id, u.external_ref, v.rule, v.detail
 FROM violations AS v JOIN work_units AS u ON u.id = v.unit_id

@@ -96,7 +96,8 @@ ORDER BY ord;
 -- Flow controls (0022) are asked the same way: a paused or capped scope
 -- (wl_closed_controls) or a key another unit holds (wl_held_keys_of) skips the unit, from
 -- this statement's snapshot. The admission trigger decides exactly, and a claim that lost
--- a race to it is refused whole and run again by the service.
+-- a race to it is refused whole and run again by the service. A paused scope's ready units
+-- are not even met: they are marked out of the queue's indexes (in_paused_scope, 0032).
 WITH full_claim AS (
     SELECT EXISTS (SELECT 1 FROM work_units
                    WHERE claimed_by = $1 AND state IN ('claimed', 'in_progress'))
@@ -104,13 +105,14 @@ WITH full_claim AS (
                    WHERE lease_expires_at < now() AND ($2::text IS NULL OR domain = $2)) AS needed
 ), fresh AS (
     SELECT id, fleet, domain, exclusive FROM work_units
-    WHERE $2::text IS NULL AND state = 'ready' AND NOT (SELECT needed FROM full_claim)
+    WHERE $2::text IS NULL AND state = 'ready' AND NOT in_paused_scope
+      AND NOT (SELECT needed FROM full_claim)
     ORDER BY created_at, id
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
 ), fresh_in_domain AS (
     SELECT id, fleet, domain, exclusive FROM work_units
-    WHERE $2::text IS NOT NULL AND domain = $2 AND state = 'ready'
+    WHERE $2::text IS NOT NULL AND domain = $2 AND state = 'ready' AND NOT in_paused_scope
       AND NOT (SELECT needed FROM full_claim)
     ORDER BY domain, created_at, id
     LIMIT 1
