@@ -63,7 +63,8 @@ async def test_a_unit_entering_or_leaving_ready_takes_or_loses_its_mark(
 ) -> None:
     await ledger.register([NewUnit(f"u-{i}", "f") for i in range(3)], OPERATOR)
     held = await ledger.claim("agent-1")
-    assert held.unit is not None and held.unit.external_ref == "u-0"
+    assert held.unit is not None
+    assert held.unit.external_ref == "u-0"
     await _pause(ledger, "f", None, True)
     assert await _marked(raw) == ["u-1", "u-2"]
     # Released during the pause: back to ready, and marked.
@@ -117,7 +118,8 @@ async def test_pull_next_locks_no_unit_of_a_paused_scope_ahead(
     try:
         async with claimer.transaction():
             row = await claimer.fetchrow(QUERIES["claim_next_unit"], "agent-1", None, 60)
-            assert row is not None and row["unit"]["external_ref"] == "open-1"
+            assert row is not None
+            assert row["unit"]["external_ref"] == "open-1"
             locked = await raw.fetch(
                 "SELECT external_ref FROM work_units WHERE fleet = 'weekend'"
                 " ORDER BY created_at FOR NO KEY UPDATE SKIP LOCKED"
