@@ -37,10 +37,11 @@ SELECT id, 'registered', 'ready', 'bench' FROM units;
 -- name: ledger_claim
 -- The raw ledger-shaped claim, against the real schema (its triggers and constraints fire):
 -- the oldest ready unit flips to claimed with a lease, its attempt row and its event row
--- are written in the same statement. No resume, no stale reclaim, no domain filter.
+-- are written in the same statement. No resume, no stale reclaim, no domain filter, no
+-- controls or budgets asked; the queue's index (ready units no pause holds, 0032) walked.
 -- $1 agent, $2 lease seconds.
 WITH picked AS (
-    SELECT id FROM work_units WHERE state = 'ready'
+    SELECT id FROM work_units WHERE state = 'ready' AND NOT in_paused_scope
     ORDER BY created_at, id LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
 ), claimed AS (
