@@ -58,6 +58,15 @@ async def seed_ledger(conn: asyncpg.Connection, n: int) -> None:
     await conn.execute("VACUUM ANALYZE work_unit_events")
 
 
+async def set_up(conn: asyncpg.Connection, sql: str) -> None:
+    """A variant's change to a seeded ledger, then VACUUM as the seed does: a setup that
+    rewrites every unit (ledger_controls_seed gives each a key) would otherwise leave the
+    variant a dead version of each, in the heap and in every index the claim walks, that
+    the configuration it is compared with does not carry."""
+    await conn.execute(sql)
+    await conn.execute("VACUUM ANALYZE work_units")
+
+
 async def seed_pgqueuer(conn: asyncpg.Connection, n: int) -> None:
     from pgqueuer.queries import Queries
 

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from bench.claims import EVIDENCE, LEASE_SECONDS, RAW, seed_ledger
+from bench.claims import EVIDENCE, LEASE_SECONDS, RAW, seed_ledger, set_up
 from bench.harness import (
     BIN,
     TOKENS_TEMPLATE,
@@ -253,7 +253,7 @@ async def run(
                 seed = await asyncpg.connect(url)
                 await seed_ledger(seed, backlog)
                 if name in EXTRA_SEED:
-                    await seed.execute(EXTRA_SEED[name])
+                    await set_up(seed, EXTRA_SEED[name])
                 await seed.close()
                 async with app_process(kind, url, home) as app:
                     clients = [await MiniHttp.open(app.port, t) for t in tokens[:c]]

@@ -126,7 +126,7 @@ async def run_claims(
                 seed = await asyncpg.connect(url)
                 await config.seed(seed, backlog)
                 if config.db_setup:
-                    await seed.execute(config.db_setup)
+                    await claims.set_up(seed, config.db_setup)
                 await seed.close()
                 async with config.workers(url, c) as ops:
                     return await measure(
