@@ -334,6 +334,12 @@ CONTROLS = (
 )
 CONFIGS.append(variant("ledger_sql_claim", "ledger_sql_claim_controls", CONTROLS,
                        RAW["ledger_controls_seed"]))  # fmt: skip
+# Issue 38's goal as worded: the keys, too, on other scopes; the claimed units carry none.
+ELSEWHERE = ";\n".join(RAW[n] for n in ("ledger_controls_seed", "controls_keys_elsewhere"))
+KEYS_ELSEWHERE = "100 keys held in other fleets, none on the claimed units"
+CONFIGS.append(variant("ledger_sql_claim", "ledger_sql_claim_controls_elsewhere",
+                       CONTROLS.replace("a key on each claimed unit", KEYS_ELSEWHERE),
+                       ELSEWHERE))  # fmt: skip
 BEHIND = ";\n".join(RAW[n] for n in ("ledger_controls_seed", "paused_units_behind"))
 CONFIGS.append(variant("ledger_sql_claim", "ledger_sql_claim_controls_behind",
                        CONTROLS.replace("ahead in", "behind the backlog in"), BEHIND))  # fmt: skip

@@ -139,6 +139,25 @@ INSERT INTO work_unit_events (unit_id, event_type, to_state, agent_id)
 SELECT id, 'registered', 'ready', 'bench' FROM units;
 ANALYZE work_units;
 
+-- name: controls_keys_elsewhere
+-- After ledger_controls_seed: the keys on other scopes, as issue 38's goal has them. The
+-- backlog's units carry none; 100 units of the capped fleets that are not paused hold one
+-- each (claimed, with their attempts), so held_keys is not empty.
+UPDATE work_units SET exclusive = NULL WHERE fleet = 'bench';
+INSERT INTO work_units (external_ref, fleet, exclusive)
+SELECT 'holding-' || i, 'other-' || i, ARRAY['module-held-' || i]
+FROM generate_series(1, 199, 2) AS i;
+WITH claimed AS (
+    UPDATE work_units AS u
+    SET state = 'claimed', claimed_by = 'holder-' || u.external_ref, attempt_count = 1,
+        lease_expires_at = now() + interval '1 day', last_heartbeat_at = now()
+    WHERE u.external_ref LIKE 'holding-%'
+    RETURNING u.id, u.claimed_by
+)
+INSERT INTO work_unit_attempts (unit_id, attempt_no, agent_id)
+SELECT id, 1, claimed_by FROM claimed;
+ANALYZE work_units;
+
 -- name: paused_units_behind
 -- After ledger_controls_seed: its 1,000 paused units registered a day after the backlog,
 -- behind it in the queue, so a pull-next meets the controls and keys but skips nothing.
