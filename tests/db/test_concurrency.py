@@ -10,9 +10,8 @@ import asyncpg
 import pytest
 from asyncpg import Pool
 
-from work_ledger.db.connect import create_pool
+from support.racing import racing_ledgers
 from work_ledger.db.queries import QUERIES
-from work_ledger.db.store import Store
 from work_ledger.domain.model import Actor, Claim, NewUnit, State
 from work_ledger.errors import AttemptSuperseded, InvariantViolation
 from work_ledger.service.ledger import Ledger
@@ -26,11 +25,8 @@ ROUNDS = 50
 @pytest.fixture
 async def ledgers(database_url: str) -> AsyncIterator[list[Ledger]]:
     """CLAIMERS ledgers, each over a pool of one connection of its own, so claims truly race."""
-    pools = await asyncio.gather(
-        *(create_pool(database_url, min_size=1, max_size=1) for _ in range(CLAIMERS))
-    )
-    yield [Ledger(Store(p), lease_seconds=60) for p in pools]
-    await asyncio.gather(*(p.close() for p in pools))
+    async with racing_ledgers(database_url, CLAIMERS) as ledgers:
+        yield ledgers
 
 
 async def _register(ledger: Ledger, prefix: str, count: int) -> set[str]:

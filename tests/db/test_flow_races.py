@@ -10,8 +10,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from work_ledger.db.connect import create_pool
-from work_ledger.db.store import Store
+from support.racing import racing_ledgers
 from work_ledger.domain.flow import ControlChange
 from work_ledger.domain.model import Actor, Claim, NewUnit
 from work_ledger.service.ledger import Ledger
@@ -27,11 +26,8 @@ LIVE = "SELECT count(*) FROM work_units WHERE fleet = $1 AND state IN ('claimed'
 @pytest.fixture
 async def ledgers(database_url: str) -> AsyncIterator[list[Ledger]]:
     """CLAIMERS ledgers, each over a pool of one connection of its own, so claims truly race."""
-    pools = await asyncio.gather(
-        *(create_pool(database_url, min_size=1, max_size=1) for _ in range(CLAIMERS))
-    )
-    yield [Ledger(Store(p), lease_seconds=60) for p in pools]
-    await asyncio.gather(*(p.close() for p in pools))
+    async with racing_ledgers(database_url, CLAIMERS) as ledgers:
+        yield ledgers
 
 
 async def _claim_all(ledgers: list[Ledger], prefix: str) -> list[Claim]:

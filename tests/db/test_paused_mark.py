@@ -15,9 +15,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from work_ledger.db.connect import create_pool
+from support.racing import racing_ledgers
 from work_ledger.db.queries import QUERIES
-from work_ledger.db.store import Store
 from work_ledger.domain.flow import ControlChange
 from work_ledger.domain.model import Actor, NewUnit
 from work_ledger.service.ledger import Ledger
@@ -135,11 +134,8 @@ WRITERS = 16
 
 @pytest.fixture
 async def ledgers(database_url: str) -> AsyncIterator[list[Ledger]]:
-    pools = await asyncio.gather(
-        *(create_pool(database_url, min_size=1, max_size=1) for _ in range(WRITERS + 1))
-    )
-    yield [Ledger(Store(p), lease_seconds=60) for p in pools]
-    await asyncio.gather(*(p.close() for p in pools))
+    async with racing_ledgers(database_url, WRITERS + 1) as ledgers:
+        yield ledgers
 
 
 async def test_no_mark_outlives_a_pause_lifted_while_units_become_ready(

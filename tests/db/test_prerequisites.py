@@ -11,8 +11,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from work_ledger.db.connect import create_pool
-from work_ledger.db.store import Store
+from support.racing import racing_ledgers
 from work_ledger.domain.model import Actor, Disposition, NewUnit, State
 from work_ledger.errors import PrerequisiteCycle, UnknownPrerequisite
 from work_ledger.service.ledger import Ledger
@@ -134,11 +133,8 @@ async def test_dropped_prerequisite_finishes_deferred_does_not(
 @pytest.fixture
 async def ledgers(database_url: str) -> AsyncIterator[list[Ledger]]:
     """AGENTS ledgers, each over one connection of its own, so the claims truly race."""
-    pools = await asyncio.gather(
-        *(create_pool(database_url, min_size=1, max_size=1) for _ in range(AGENTS))
-    )
-    yield [Ledger(Store(p), lease_seconds=60) for p in pools]
-    await asyncio.gather(*(p.close() for p in pools))
+    async with racing_ledgers(database_url, AGENTS) as ledgers:
+        yield ledgers
 
 
 async def test_64_agents_pull_while_prerequisites_finish(
