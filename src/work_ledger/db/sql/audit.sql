@@ -159,8 +159,9 @@ WITH transitions AS (
     -- A mark no pause holds would keep the unit out of pull-next's queue (0032). (A paused
     -- unit left unmarked is allowed: it only costs a claim the way past it.)
     SELECT u.id, 'unit_paused_mark_kept',
-           format('unit is %s and marked in_paused_scope, but no pause holds fleet %s, domain %s',
-                  u.state, u.fleet, u.domain)
+           format('unit is %s and marked in_paused_scope, which only a ready unit that a '
+                  'pause holds may be (fleet %s, domain %s); pause its scope and resume it '
+                  'with POST /controls to have the mark written anew', u.state, u.fleet, u.domain)
     FROM work_units AS u
     WHERE u.in_paused_scope
       AND (u.state <> 'ready'
