@@ -18,6 +18,7 @@ import structlog
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
+from starlette.routing import BaseRoute
 
 from work_ledger.api import mcp_http, metrics, problems, wire
 from work_ledger.api.access_log import AccessLogMiddleware
@@ -132,6 +133,10 @@ async def _fold_read_summaries(ledger: Ledger) -> None:
             log.warning("read_summary_fold_failed", error=f"{type(exc).__name__}: {exc}")
 
 
+def _is_write(route: BaseRoute) -> bool:
+    return isinstance(route, APIRoute) and "POST" in (route.methods or ())
+
+
 def create_app(
     settings: Settings,
     *,
@@ -208,29 +213,25 @@ def create_app(
         health,
         events,
         claims,
+        attempts,
         bulk,
         units,
         shape,
-        attempts,
         questions,
         projection,
         budgets,
         controls,
         otlp,
     )
-    for module in routers:
-        # The routes themselves, not `include_router`: FastAPI matches an included router's
-        # routes through a wrapper of its own, twice per request, ~10 % of a write's CPU
-        # (bench/results/ab-path-20261201.md). The routes already carry their router's
-        # tags and responses.
-        app.router.routes.extend(module.router.routes)
+    # The routes themselves, not `include_router`: FastAPI matches an included router's
+    # routes through a wrapper of its own, twice per request, ~10 % of a write's CPU
+    # (bench/results/ab-path-20261201.md). The routes already carry their router's tags
+    # and responses. Writes first, each kind in the order above: Starlette tries the routes
+    # in turn, and an agent's requests are writes (a claim was tried after 5 routes, a
+    # heartbeat after 17). A read's route never takes a write, whatever their order.
+    routes = [route for module in routers for route in module.router.routes]
+    app.router.routes.extend(sorted(routes, key=lambda route: not _is_write(route)))
     app.state.mcp = mcp_http.mount(app)  # MCP over Streamable HTTP at /mcp
-    endpoints = [
-        route.endpoint
-        for module in routers
-        for route in module.router.routes
-        if isinstance(route, APIRoute)
-    ]
     # Outermost last: the metrics time the whole request, the access line follows its
     # answer, and the body limit stands in front of the routes.
     app.add_middleware(BodyLimitMiddleware)
@@ -254,7 +255,7 @@ def create_app(
             models["Problem"] = problems.Problem.model_json_schema(
                 ref_template="#/components/schemas/{model}"
             )
-            models.update(wire.body_schemas(body_models(endpoints)))
+            models.update(wire.body_schemas(body_models(routers)))
             problems.document_middleware_answers(schema)
             app.openapi_schema = schema
         return app.openapi_schema

@@ -1,22 +1,26 @@
 """A route's writes: the request's Idempotency-Key turned into the service's `Key`, and
 the service's answers turned into responses.
 
-A write route takes one dependency, `Annotated[Write[Model], Depends(write_of(Model,
-*roles))]`: its caller, its typed body and its key. It calls one method of it, which calls
-the service (`service/keyed.py`): `run` with the use case's `Keying`, or `looks` for a
-long-poll claim. Without Idempotency-Key the write simply runs. A replay answers the
-stored status and body with `Idempotent-Replayed: true`.
+A write route names its reader once, beside it: `CLAIM_NEXT = WriteOf(ClaimIn,
+Role.AGENT)`. The decorator documents it (`openapi_extra=CLAIM_NEXT.doc()`) and the
+endpoint's first line reads it (`w = await CLAIM_NEXT(request)`): its caller, its typed
+body and its key. It calls one method of that `Write`, which calls the service
+(`service/keyed.py`): `run` with the use case's `Keying`, or `looks` for a long-poll
+claim. Without Idempotency-Key the write simply runs. A replay answers the stored status
+and body with `Idempotent-Replayed: true`.
 
-What the dependency reads by hand (the token, X-WL-Agent, Idempotency-Key, the body),
-FastAPI cannot see: the route documents it with `openapi_extra=write_doc(Model)`.
+The reader is called by the endpoint, not declared as a FastAPI dependency: FastAPI
+solves a dependency with a second pass over every kind of parameter, 6 % of a
+claim+start's instructions in process (bench/RESULTS.md). What it reads by hand (the
+token, X-WL-Agent, Idempotency-Key, the body), FastAPI cannot see: `doc()` says it.
 """
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, Generic, TypeVar
+from types import ModuleType
+from typing import Any, Generic, TypeVar
 
 from fastapi import Request, Response
 from pydantic import BaseModel
@@ -93,9 +97,8 @@ class Write(Generic[M]):
 
 
 def write_doc(model: type[BaseModel]) -> dict[str, Any]:
-    """The `openapi_extra` of a write route whose `write_of` reads a `model` body: the
-    token (`token_doc`), Idempotency-Key and the body, none of which FastAPI sees, since
-    the one dependency reads them by hand."""
+    """The `openapi_extra` of a write route reading a `model` body: the token
+    (`token_doc`), Idempotency-Key and the body, none of which FastAPI sees."""
     doc = token_doc()
     doc["parameters"].append(
         header_doc(
@@ -109,33 +112,25 @@ def write_doc(model: type[BaseModel]) -> dict[str, Any]:
     return doc
 
 
-def body_models(endpoints: Iterable[Callable[..., Any]]) -> list[type[BaseModel]]:
-    """The body models that the write endpoints among `endpoints` read, named by their
-    `Write[Model]` parameter: the components that `write_doc`'s references point to."""
-    found: list[type[BaseModel]] = []
-    for endpoint in endpoints:
-        for hint in typing.get_type_hints(endpoint, include_extras=True).values():
-            written = typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
-            if typing.get_origin(written) is Write:
-                found.extend(typing.get_args(written))
-    return found
+class WriteOf(Generic[M]):
+    """The reader of a write route taking a `model` body from a caller with one of `roles`
+    (or operator). Called with the request, in order: Idempotency-Key checked (422), the
+    caller verified and admitted (401, 429, 403), the body parsed (422), the request
+    hashed (a different request under the same key is refused)."""
 
+    def __init__(self, model: type[M], *roles: Role) -> None:
+        self.model = model
+        self._admitted = require(*roles)
 
-def write_of(model: type[M], *roles: Role) -> Callable[[Request], Awaitable[Write[M]]]:
-    """The dependency of a write taking a `model` body from a caller with one of `roles`
-    (or operator). One dependency, not three: FastAPI's solving of each costs more than
-    what it runs (bench/results/ab-path-20261201.md).
+    def doc(self) -> dict[str, Any]:
+        """The route's `openapi_extra` (`write_doc`): a new dict, FastAPI merges it."""
+        return write_doc(self.model)
 
-    In order: Idempotency-Key checked (422), the caller verified and admitted (401, 429,
-    403), the body parsed (422), the request hashed (a different request under the same
-    key is refused)."""
-    admitted = require(*roles)
-
-    async def write(request: Request) -> Write[M]:
+    async def __call__(self, request: Request) -> Write[M]:
         raw = request.headers.get(IDEMPOTENCY_HEADER)
         key = None if raw is None else check_key(raw)
-        caller = await admitted(request)
-        body = await json_body(request, model)
+        caller = await self._admitted(request)
+        body = await json_body(request, self.model)
         service: KeyedWrites = request.app.state.writes
         if key is None:
             return Write(caller, body, None, service)
@@ -143,4 +138,13 @@ def write_of(model: type[M], *roles: Role) -> Callable[[Request], Awaitable[Writ
         digest = request_hash(request.method, url.path, url.query, await raw_body(request))
         return Write(caller, body, Key(f"{caller.role}:{caller.agent}", key, digest), service)
 
-    return write
+
+def body_models(modules: Iterable[ModuleType]) -> list[type[BaseModel]]:
+    """The body models that the route modules' writes read (their `WriteOf` readers): the
+    components that `doc()`'s references point to."""
+    return [
+        reader.model
+        for module in modules
+        for reader in vars(module).values()
+        if isinstance(reader, WriteOf)
+    ]

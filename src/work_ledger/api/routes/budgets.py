@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from work_ledger.api import problems
 from work_ledger.api.answers import BudgetPage
@@ -12,7 +12,7 @@ from work_ledger.api.auth import Caller, require, token_doc
 from work_ledger.api.request_state import ledger
 from work_ledger.api.schemas import BudgetIn
 from work_ledger.api.wire import answer
-from work_ledger.api.writes import Write, write_doc, write_of
+from work_ledger.api.writes import WriteOf
 from work_ledger.service.budgets import Budget
 from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import Ledger
@@ -24,17 +24,21 @@ LedgerDep = Annotated[Ledger, Depends(ledger)]
 NotAgent = Annotated[Caller, Depends(require(*(r for r in Role if r is not Role.AGENT)))]
 
 
+SET_BUDGET = WriteOf(BudgetIn)
+
+
 @router.post(
     "/budgets",
     responses=problems.WRITE_RESPONSES,
     response_model=Budget,
-    openapi_extra=write_doc(BudgetIn),
+    openapi_extra=SET_BUDGET.doc(),
     operation_id="setBudget",
 )
-async def set_budget(w: Annotated[Write[BudgetIn], Depends(write_of(BudgetIn))]) -> Response:
+async def set_budget(request: Request) -> Response:
     """Create or update the budget of a fleet (no domain) or of one domain of it
     (operator). Once the scope's units have spent `cap_cents`, nothing in it is claimed
     anew; held work goes on. Raising the cap makes the scope claimable again."""
+    w = await SET_BUDGET(request)
 
     return await w.run(
         Keying.ATOMIC,

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Request, Response
 
 from work_ledger.api import problems
 from work_ledger.api.bulk_schemas import BulkIn
 from work_ledger.api.wire import answer
-from work_ledger.api.writes import Write, write_doc, write_of
+from work_ledger.api.writes import WriteOf
 from work_ledger.service.bulk import BulkFilter, BulkResult
 from work_ledger.service.keyed import Keying
 
 router = APIRouter(tags=["units"], responses=problems.READ_RESPONSES)
+
+
+BULK_UNITS = WriteOf(BulkIn)
 
 
 @router.post(
@@ -21,15 +22,16 @@ router = APIRouter(tags=["units"], responses=problems.READ_RESPONSES)
     operation_id="bulkUnits",
     responses=problems.WRITE_RESPONSES,
     response_model=BulkResult,
-    openapi_extra=write_doc(BulkIn),
+    openapi_extra=BULK_UNITS.doc(),
 )
-async def bulk_units(w: Annotated[Write[BulkIn], Depends(write_of(BulkIn))]) -> Response:
+async def bulk_units(request: Request) -> Response:
     """Dispose or release every unit the filter matches (operator). `dry_run` (the
     default) changes nothing and answers exactly what the same request with `"dry_run":
     false` would do now; a real run changes all of `changed` in one transaction or
     nothing, each unit with its ordinary event carrying `detail.bulk`. A unit whose state
     does not allow the action is skipped with the rule; more matches than `limit` is a 422
     naming the count."""
+    w = await BULK_UNITS(request)
     body = w.body
     where = BulkFilter(
         body.filter.fleet,

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Request, Response
 
 from work_ledger.api import problems
 from work_ledger.api.answers import UnitAttempt
@@ -15,7 +14,7 @@ from work_ledger.api.request_state import claim_answered
 from work_ledger.api.routes.units import UnitRef
 from work_ledger.api.schemas import ClaimIn, LeaseIn
 from work_ledger.api.wire import answer
-from work_ledger.api.writes import Write, write_doc, write_of
+from work_ledger.api.writes import WriteOf
 from work_ledger.domain.model import Claim
 from work_ledger.service.keyed import Keying, Look
 from work_ledger.service.tokens import Role
@@ -28,21 +27,22 @@ def _claim_out(request: Request, claim: Claim) -> Response:
     return answer(claim)
 
 
+CLAIM_NEXT = WriteOf(ClaimIn, Role.AGENT)
+
+
 @router.post(
     "/units/claim",
     responses=problems.WRITE_RESPONSES,
     response_model=Claim,
-    openapi_extra=write_doc(ClaimIn),
+    openapi_extra=CLAIM_NEXT.doc(),
     operation_id="claimNext",
 )
-async def claim_next(
-    request: Request,
-    w: Annotated[Write[ClaimIn], Depends(write_of(ClaimIn, Role.AGENT))],
-) -> Response:
+async def claim_next(request: Request) -> Response:
     """Claim the oldest claimable unit, or get back the one you hold (`resumed`).
 
     With `wait_seconds`, waits until a unit becomes claimable; `unit` is null when none
     did in time. Use the returned `attempt.id` for heartbeats, cost and fencing."""
+    w = await CLAIM_NEXT(request)
 
     def answered(claim: Claim) -> Response:
         return _claim_out(request, claim)
@@ -89,19 +89,22 @@ async def _wait_for_claim(request: Request, look: Look, agent: str, body: ClaimI
             queue.leave(turn, claimed=claimed, looking_again=looking_again)
 
 
+CLAIM_NAMED = WriteOf(LeaseIn, Role.AGENT)
+
+
 @router.post(
     "/units/{unit:path}/claim",
     responses=problems.WRITE_RESPONSES,
     response_model=UnitAttempt,
-    openapi_extra=write_doc(LeaseIn),
+    openapi_extra=CLAIM_NAMED.doc(),
     operation_id="claimUnit",
 )
 async def claim_named(
     request: Request,
     unit: UnitRef,
-    w: Annotated[Write[LeaseIn], Depends(write_of(LeaseIn, Role.AGENT))],
 ) -> Response:
     """Claim this unit; 409 naming the holder and lease expiry if it is held or closed."""
+    w = await CLAIM_NAMED(request)
 
     def answered(claim: Claim) -> Response:
         # claim_named refuses (raises) rather than answer an empty claim.

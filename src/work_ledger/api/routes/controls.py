@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from work_ledger.api import problems
 from work_ledger.api.auth import Caller, require, token_doc
@@ -12,7 +12,7 @@ from work_ledger.api.flow_schemas import ControlEventPage, ControlOut, ControlPa
 from work_ledger.api.request_state import ledger
 from work_ledger.api.schemas import MAX_LIMIT
 from work_ledger.api.wire import answer
-from work_ledger.api.writes import Write, write_doc, write_of
+from work_ledger.api.writes import WriteOf
 from work_ledger.domain.flow import ABSENT, ControlChange
 from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import Ledger
@@ -43,18 +43,22 @@ def change_of(body: ControlsIn) -> ControlChange:
     )
 
 
+SET_CONTROLS = WriteOf(ControlsIn)
+
+
 @router.post(
     "/controls",
     operation_id="setControls",
     responses=problems.WRITE_RESPONSES,
     response_model=ControlOut,
-    openapi_extra=write_doc(ControlsIn),
+    openapi_extra=SET_CONTROLS.doc(),
 )
-async def set_controls(w: Annotated[Write[ControlsIn], Depends(write_of(ControlsIn))]) -> Response:
+async def set_controls(request: Request) -> Response:
     """Upsert the controls of a fleet (no domain) or of one domain of it (operator): a
     cap on live units (`max_live`, null removes it), a pause, a ramp gate. `reason` is
     required and kept in the control events. Raising a gated cap is refused (409
     `ramp_gate_closed`) unless the gate's figures allow it or `force` is true."""
+    w = await SET_CONTROLS(request)
 
     def control_out(control: dict[str, Any]) -> Response:
         return answer(ControlOut.model_validate(control))

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import AwareDatetime, BaseModel, Field, StringConstraints
 from pydantic import Strict as StrictMark
 
 from work_ledger.api import problems
 from work_ledger.api.schemas import Body
 from work_ledger.api.wire import MAX_FREE_DEPTH, FreeJson, answer
-from work_ledger.api.writes import Write, write_doc, write_of
+from work_ledger.api.writes import WriteOf
 from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import MAX_BATCH, Ledger
 from work_ledger.service.tokens import Role
@@ -81,16 +81,18 @@ class ProjectionOut(BaseModel):
         )
 
 
+PROJECT_EVENTS = WriteOf(ProjectionIn, Role.PROJECTOR)
+
+
 @router.post(
     "/projection/events",
     response_model=ProjectionOut,
-    openapi_extra=write_doc(ProjectionIn),
+    openapi_extra=PROJECT_EVENTS.doc(),
     operation_id="projectEvents",
 )
-async def project_events(
-    w: Annotated[Write[ProjectionIn], Depends(write_of(ProjectionIn, Role.PROJECTOR))],
-) -> Response:
+async def project_events(request: Request) -> Response:
     """Record workflow events and apply each new one to its unit (see the README's mapping)."""
+    w = await PROJECT_EVENTS(request)
     events = [WorkflowEvent(**e.model_dump()) for e in w.body.events]
 
     def project(svc: Ledger) -> Awaitable[ProjectionReport]:

@@ -16,7 +16,7 @@ from work_ledger.api.longpoll import Notifier
 from work_ledger.api.request_state import ledger, unit_logged
 from work_ledger.api.schemas import MAX_LIMIT, MAX_WAIT_SECONDS, CancelIn, RouteIn
 from work_ledger.api.wire import answer
-from work_ledger.api.writes import Write, write_doc, write_of
+from work_ledger.api.writes import WriteOf
 from work_ledger.domain.model import Question, QuestionStatus
 from work_ledger.service.keyed import Keying
 from work_ledger.service.ledger import Ledger
@@ -99,19 +99,22 @@ def _question_out(request: Request, question: Question) -> Response:
     return answer(question)
 
 
+CANCEL_QUESTION = WriteOf(CancelIn, Role.AGENT, Role.TRIAGE)
+
+
 @router.post(
     "/questions/{question_id}/cancel",
     responses=problems.WRITE_RESPONSES,
     response_model=Question,
-    openapi_extra=write_doc(CancelIn),
+    openapi_extra=CANCEL_QUESTION.doc(),
     operation_id="cancelQuestion",
 )
 async def cancel_question(
     request: Request,
     question_id: uuid.UUID,
-    w: Annotated[Write[CancelIn], Depends(write_of(CancelIn, Role.AGENT, Role.TRIAGE))],
 ) -> Response:
     """Withdraw an open question (its holder, triage or an operator); the unit resumes."""
+    w = await CANCEL_QUESTION(request)
     return await w.run(
         Keying.ATOMIC,
         lambda svc: svc.cancel_question(
@@ -121,19 +124,22 @@ async def cancel_question(
     )
 
 
+ROUTE = WriteOf(RouteIn, Role.TRIAGE)
+
+
 @router.post(
     "/questions/{question_id}/route",
     responses=problems.WRITE_RESPONSES,
     response_model=Question,
-    openapi_extra=write_doc(RouteIn),
+    openapi_extra=ROUTE.doc(),
     operation_id="routeQuestion",
 )
 async def route(
     request: Request,
     question_id: uuid.UUID,
-    w: Annotated[Write[RouteIn], Depends(write_of(RouteIn, Role.TRIAGE))],
 ) -> Response:
     """Record the human queue's item for an open question, once (the same id again: no-op)."""
+    w = await ROUTE(request)
     return await w.run(
         Keying.ATOMIC,
         lambda svc: route_question(svc.store, question_id, w.body.external_task_id, w.caller.agent),

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Path, Request, Response
 
 from work_ledger.api import problems
 from work_ledger.api.answers import SplitOut, UnitOnly, UnitRefOut
 from work_ledger.api.request_state import unit_logged
 from work_ledger.api.schemas import SplitIn, WaiveIn
 from work_ledger.api.wire import answer
-from work_ledger.api.writes import Write, write_doc, write_of
+from work_ledger.api.writes import WriteOf
 from work_ledger.domain.model import Unit
 from work_ledger.service.keyed import Keying
 from work_ledger.service.shape import NewChild, Split
@@ -24,23 +24,26 @@ UnitRef = Annotated[
 ]
 
 
+SPLIT = WriteOf(SplitIn, Role.AGENT)
+
+
 @router.post(
     "/units/{unit:path}/split",
     status_code=201,
     response_model=SplitOut,
-    openapi_extra=write_doc(SplitIn),
+    openapi_extra=SPLIT.doc(),
     operation_id="splitUnit",
 )
 async def split(
     request: Request,
     unit: UnitRef,
-    w: Annotated[Write[SplitIn], Depends(write_of(SplitIn, Role.AGENT))],
 ) -> Response:
     """Hand back an in_progress unit that is too big as children (its holder, or an
     operator). The children are registered (fleet inherited, domain defaulting to the
     parent's, a child's `requires` may name its siblings), your attempt ends `split`, and
     the unit waits on its children; once they are finished it is ready again, to be
     claimed, integrated, verified and disposed as a whole."""
+    w = await SPLIT(request)
     children = [
         NewChild(
             c.external_ref,
@@ -65,19 +68,22 @@ async def split(
     )
 
 
+WAIVE = WriteOf(WaiveIn)
+
+
 @router.post(
     "/units/{unit:path}/waive",
     response_model=UnitOnly,
-    openapi_extra=write_doc(WaiveIn),
+    openapi_extra=WAIVE.doc(),
     operation_id="waivePrerequisite",
 )
 async def waive(
     request: Request,
     unit: UnitRef,
-    w: Annotated[Write[WaiveIn], Depends(write_of(WaiveIn))],
 ) -> Response:
     """Stop one prerequisite holding this unit (operator): a DEAD or DEFERRED prerequisite
     never finishes. The unit becomes ready if nothing else holds it."""
+    w = await WAIVE(request)
 
     def waived(found: Unit) -> Response:
         unit_logged(request, found.id)

@@ -28,7 +28,7 @@ from work_ledger.api.schemas import (
     UnblockIn,
 )
 from work_ledger.api.wire import answer
-from work_ledger.api.writes import Write, write_doc, write_of
+from work_ledger.api.writes import WriteOf
 from work_ledger.domain.model import (
     Attempt,
     Disposition,
@@ -62,20 +62,22 @@ def _unit_question(request: Request, result: tuple[Unit, Question], status: int 
     return answer(UnitQuestion(*result), status)
 
 
+REGISTER_UNITS = WriteOf(RegisterIn)
+
+
 @router.post(
     "/units",
     responses=problems.WRITE_RESPONSES,
     response_model=RegisterOut,
-    openapi_extra=write_doc(RegisterIn),
+    openapi_extra=REGISTER_UNITS.doc(),
     operation_id="registerUnits",
 )
-async def register_units(
-    w: Annotated[Write[RegisterIn], Depends(write_of(RegisterIn))],
-) -> Response:
+async def register_units(request: Request) -> Response:
     """Register a batch of units (operator). Known external_refs are left as they are.
 
     A unit whose `requires` lists an unfinished unit is registered `waiting`; it becomes
     ready by itself when the last one finishes (done, or DROPPED)."""
+    w = await REGISTER_UNITS(request)
     units = [
         NewUnit(
             u.external_ref,
@@ -104,20 +106,23 @@ async def register_units(
     )
 
 
+TRANSITION = WriteOf(TransitionIn, Role.AGENT, Role.HARNESS)
+
+
 @router.post(
     "/units/{unit:path}/transition",
     responses=problems.WRITE_RESPONSES,
     response_model=UnitAttempt,
-    openapi_extra=write_doc(TransitionIn),
+    openapi_extra=TRANSITION.doc(),
     operation_id="transitionUnit",
 )
 async def transition(
     request: Request,
     unit: UnitRef,
-    w: Annotated[Write[TransitionIn], Depends(write_of(TransitionIn, Role.AGENT, Role.HARNESS))],
 ) -> Response:
     """Start (`to: in_progress`), verify (`to: verified` with `evidence_url`) or release
     (`to: ready`, `outcome` failed or abandoned) a unit you hold."""
+    w = await TRANSITION(request)
     if w.body.to != "verified":
         refuse_role(w.caller, Role.HARNESS, f"move a unit to {w.body.to}; a harness only verifies")
     if w.body.to == "verified":
@@ -160,20 +165,23 @@ async def transition(
     return await w.run(Keying.ATOMIC, write, lambda r: _unit_attempt(request, r))
 
 
+BLOCK = WriteOf(BlockIn, Role.AGENT, Role.HARNESS)
+
+
 @router.post(
     "/units/{unit:path}/block",
     status_code=201,
     responses=problems.WRITE_RESPONSES,
     response_model=UnitQuestion,
-    openapi_extra=write_doc(BlockIn),
+    openapi_extra=BLOCK.doc(),
     operation_id="blockUnit",
 )
 async def block(
     request: Request,
     unit: UnitRef,
-    w: Annotated[Write[BlockIn], Depends(write_of(BlockIn, Role.AGENT, Role.HARNESS))],
 ) -> Response:
     """Block an in_progress unit on a question; its lease pauses until the answer."""
+    w = await BLOCK(request)
     return await w.run(
         Keying.ATOMIC,
         lambda svc: svc.block(
@@ -187,19 +195,22 @@ async def block(
     )
 
 
+UNBLOCK = WriteOf(UnblockIn, Role.TRIAGE)
+
+
 @router.post(
     "/units/{unit:path}/unblock",
     responses=problems.WRITE_RESPONSES,
     response_model=UnitQuestion,
-    openapi_extra=write_doc(UnblockIn),
+    openapi_extra=UNBLOCK.doc(),
     operation_id="unblockUnit",
 )
 async def unblock(
     request: Request,
     unit: UnitRef,
-    w: Annotated[Write[UnblockIn], Depends(write_of(UnblockIn, Role.TRIAGE))],
 ) -> Response:
     """Answer a blocked unit's open question; the unit resumes in_progress for its holder."""
+    w = await UNBLOCK(request)
     return await w.run(
         Keying.ATOMIC,
         lambda svc: svc.unblock(
@@ -209,19 +220,22 @@ async def unblock(
     )
 
 
+DISPOSE = WriteOf(DisposeIn, Role.AGENT)
+
+
 @router.post(
     "/units/{unit:path}/dispose",
     responses=problems.WRITE_RESPONSES,
     response_model=UnitOnly,
-    openapi_extra=write_doc(DisposeIn),
+    openapi_extra=DISPOSE.doc(),
     operation_id="disposeUnit",
 )
 async def dispose(
     request: Request,
     unit: UnitRef,
-    w: Annotated[Write[DisposeIn], Depends(write_of(DisposeIn, Role.AGENT))],
 ) -> Response:
     """Close a unit for good: MIGRATED (from verified), DROPPED, DEFERRED or DEAD."""
+    w = await DISPOSE(request)
 
     def disposed(found: Unit) -> Response:
         unit_logged(request, found.id)
