@@ -302,13 +302,10 @@ async def compare(bins: dict[str, Path], c: int, rounds: int, args: Any) -> dict
                     for name in ("A", "B") if round_no % 2 == 0 else ("B", "A"):
                         app = apps[name]
                         clients = [await MiniHttp.open(app.port, t) for t in tokens[:c]]
-                        sample = await measure(
-                            ops_for(clients), server=server, warmup=1, duration=args.duration,
-                            app=app.ps,
-                        )  # fmt: skip
+                        f = await measure(ops_for(clients), server=server, warmup=1,
+                                          duration=args.duration, app=app.ps)  # fmt: skip
                         for client in clients:
                             await client.close()
-                        f = sample
                         figures[name].append(f)
                         print(f"c={c} round {round_no} {name}: {f['items_per_s']:.0f}/s, p99 "
                               f"{f['claim_p99_ms']:.1f} ms, app {f['app_cpu_ms_per_item']:.3f} "

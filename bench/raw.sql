@@ -157,9 +157,3 @@ WITH claimed AS (
 INSERT INTO work_unit_attempts (unit_id, attempt_no, agent_id)
 SELECT id, 1, claimed_by FROM claimed;
 ANALYZE work_units;
-
--- name: paused_units_behind
--- After ledger_controls_seed: its 1,000 paused units registered a day after the backlog,
--- behind it in the queue, so a pull-next meets the controls and keys but skips nothing.
-UPDATE work_units SET created_at = now() + interval '1 day' WHERE external_ref LIKE 'paused-%';
-ANALYZE work_units;

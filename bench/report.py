@@ -130,23 +130,14 @@ def cost_ratios(result: dict[str, Any], levels: list[int]) -> list[dict[str, Any
     rows = []
     for section, ours, limit in PAIRS:
         for c in levels:
-            a, b = (
-                _get(result, section, "median", ours, str(c)),
-                _get(result, section, "median", limit, str(c)),
-            )
+            a = _get(result, section, "median", ours, str(c))
+            b = _get(result, section, "median", limit, str(c))
             if a and b:
                 cpu_a, cpu_b = _cpu_per_item(a), _cpu_per_item(b)
-                rows.append(
-                    {
-                        "ours": ours,
-                        "limit": limit,
-                        "c": c,
-                        "throughput_ratio": _ratio(a[ITEMS], b[ITEMS]),
-                        "cpu_ms_per_item": cpu_a,
-                        "limit_cpu_ms_per_item": cpu_b,
-                        "cpu_ratio": _ratio(cpu_a, cpu_b),
-                    }
-                )
+                rows.append({"ours": ours, "limit": limit, "c": c,
+                             "throughput_ratio": _ratio(a[ITEMS], b[ITEMS]),
+                             "cpu_ms_per_item": cpu_a, "limit_cpu_ms_per_item": cpu_b,
+                             "cpu_ratio": _ratio(cpu_a, cpu_b)})  # fmt: skip
     return rows
 
 
@@ -176,9 +167,6 @@ MEDIANS = [
     ("server_cpu_ms_per_item", "server ms/item", 3), ("db_connections", "DB conns", 0),
     ("app_rss_mb", "app RSS MB", 0),
 ]  # fmt: skip
-AB = [("loop", "loop", -1), ("c", "c", -1), ("r_items_per_s", "B/A items/s", 3),
-      ("r_claim_p99_ms", "B/A claim p99", 3), ("r_app_cpu_ms_per_item", "B/A serve CPU/item", 3),
-      ("A_items", "A items/s", 0), ("B_items", "B items/s", 0)]  # fmt: skip
 AB = [("loop", "loop", -1), ("c", "c", -1), ("r_items_per_s", "B/A items/s", 3),
       ("r_claim_p99_ms", "B/A claim p99", 3), ("r_app_cpu_ms_per_item", "B/A serve CPU/item", 3),
       ("A_items", "A items/s", 0), ("B_items", "B items/s", 0)]  # fmt: skip

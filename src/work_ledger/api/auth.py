@@ -1,8 +1,8 @@
 """Who is calling: the bearer token verified once per request, its role admitted, and the
 sub-agent it may act as. (The Idempotency-Key header and the body are read by
-api/writes.py's `write_of`, which admits its caller through `require` here.)
+api/writes.py's `WriteOf`, which admits its caller through `require` here.)
 
-Role → endpoint matrix (DESIGN §7), as the routes' `require`/`write_of` roles say;
+Role → endpoint matrix (DESIGN §7), as the routes' `require`/`WriteOf` roles say;
 `operator` may do everything:
 
     endpoint                         agent  harness  triage  projector  reader
@@ -67,7 +67,7 @@ def header_doc(name: str, max_length: int, description: str) -> dict[str, Any]:
 
 
 def token_doc() -> dict[str, Any]:
-    """The `openapi_extra` of a route that takes a token (`require`, `write_of`): the
+    """The `openapi_extra` of a route that takes a token (`require`, `WriteOf`): the
     bearer scheme and X-WL-Agent, which `authenticate` reads from the raw headers, where
     FastAPI cannot see them. A new dict each time: FastAPI merges it into the operation."""
     return {

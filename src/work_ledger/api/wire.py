@@ -1,9 +1,9 @@
 """The request path's codec: a body decoded once, straight from bytes to its typed model,
 and an answer encoded once, straight from its type to bytes.
 
-A write reads its body with `json_body` (in `api/writes.write_of`) once its caller is
+A write reads its body with `json_body` (in `api/writes.WriteOf`) once its caller is
 authenticated, so an anonymous request is refused before its body is read or parsed. The
-route documents the body with `openapi_extra=write_doc(Model)` (api/writes.py) and the
+route documents the body with `openapi_extra=READER.doc()` (api/writes.py) and the
 answer with `response_model=`, the answer's type, and returns `answer(value)`: the bytes
 that type's own serializer writes, so FastAPI neither validates the answer a second time
 nor re-encodes it.
