@@ -393,6 +393,22 @@ CREATE FUNCTION wl_closed_controls(fleet text, domain text) RETURNS SETOF contro
            OR (c.max_live IS NOT NULL AND c.max_live <= wl_live_units(c.fleet, c.domain)))
 $$;
 
+-- function: wl_complete_key(text, text, integer, text, bytea)
+-- (from 0033_keyed_write_statements_planned_once:)
+-- The outcome stored under a reserved key (a key already answered is left as it is).
+CREATE FUNCTION wl_complete_key(scope text, key text, status_code integer, content_type text, body bytea) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE wl_idempotency_keys AS k
+    SET status_code = wl_complete_key.status_code,
+        content_type = wl_complete_key.content_type,
+        body = wl_complete_key.body, completed_at = now()
+    WHERE k.scope = wl_complete_key.scope AND k.key = wl_complete_key.key
+      AND k.status_code IS NULL;
+END
+$$;
+
 -- function: wl_daily_drift()
 CREATE FUNCTION wl_daily_drift() RETURNS TABLE(summary text, key text, kept text, actual text)
     LANGUAGE sql STABLE
@@ -1774,6 +1790,24 @@ BEGIN
     FROM lowered AS l WHERE l.state = 'ready';
     RETURN NULL;
 END $$;
+
+-- function: wl_reserve_key(text, text, bytea, double precision)
+-- (from 0033_keyed_write_statements_planned_once:)
+-- True if the caller now holds the key: inserted, or an unfinished reservation older than
+-- `takeover_seconds` taken over (0: at once).
+CREATE FUNCTION wl_reserve_key(scope text, key text, request_hash bytea, takeover_seconds double precision) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO wl_idempotency_keys AS k (scope, key, request_hash)
+    VALUES (wl_reserve_key.scope, wl_reserve_key.key, wl_reserve_key.request_hash)
+    ON CONFLICT ON CONSTRAINT wl_idempotency_keys_pkey DO UPDATE
+        SET request_hash = excluded.request_hash, created_at = now()
+        WHERE k.status_code IS NULL
+          AND k.created_at < clock_timestamp() - make_interval(secs => takeover_seconds);
+    RETURN FOUND;
+END
+$$;
 
 -- ===== Tables, sequences and views =====
 

@@ -94,7 +94,7 @@ class IdempotencyStore:
             digest=digest,
             takeover=0.0 if rerunnable else NEVER,
         )
-        return tx, status == "INSERT 0 1"
+        return tx, status == "SELECT 1"
 
     async def complete_commit(
         self, tx: OpenTransaction, scope: str, key: str, outcome: Outcome

@@ -24,17 +24,13 @@ WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM reserved);
 
 -- name: idempotency_begin_reserve
 -- A keyed write's first round trip: begin its transaction and reserve the key in it, as
--- idempotency_reserve does. Several commands, so no parameters: {scope}, {key}, {digest}
--- and {takeover} are literals written in by `commands` (db/store.py). The status of the
--- INSERT says whether this request owns the key ("INSERT 0 1"); if not, the write runs
--- idempotency_reserve in the same transaction to learn why.
+-- idempotency_reserve does, through wl_reserve_key (0033), whose INSERT each backend plans
+-- once. Several commands, so no parameters: {scope}, {key}, {digest} and {takeover} are
+-- literals written in by `commands` (db/store.py). The SELECT's status says whether this
+-- request owns the key ("SELECT 1"); if not, the write runs idempotency_reserve in the same
+-- transaction to learn why.
 BEGIN;
-INSERT INTO wl_idempotency_keys AS k (scope, key, request_hash)
-VALUES ({scope}, {key}, {digest})
-ON CONFLICT (scope, key) DO UPDATE
-    SET request_hash = excluded.request_hash, created_at = now()
-    WHERE k.status_code IS NULL
-      AND k.created_at < clock_timestamp() - make_interval(secs => {takeover});
+SELECT FROM wl_reserve_key({scope}, {key}, {digest}, {takeover}) AS reserved WHERE reserved;
 
 -- name: idempotency_lookup
 SELECT false AS reserved, request_hash, status_code, content_type, body
@@ -48,13 +44,10 @@ SET status_code = $3, content_type = $4, body = $5, completed_at = now()
 WHERE scope = $1 AND key = $2 AND status_code IS NULL;
 
 -- name: idempotency_complete_commit
--- A keyed write's last round trip: store its outcome, as idempotency_complete does, and
--- commit. Literals as in idempotency_begin_reserve. If the UPDATE fails, PostgreSQL skips
--- the COMMIT and the caller rolls back.
-UPDATE wl_idempotency_keys
-SET status_code = {status}, content_type = {content_type}, body = {body},
-    completed_at = now()
-WHERE scope = {scope} AND key = {key} AND status_code IS NULL;
+-- A keyed write's last round trip: store its outcome, as idempotency_complete does,
+-- through wl_complete_key (0033), and commit. Literals as in idempotency_begin_reserve. If
+-- the call fails, PostgreSQL skips the COMMIT and the caller rolls back.
+SELECT wl_complete_key({scope}, {key}, {status}, {content_type}, {body});
 COMMIT;
 
 -- name: idempotency_store
