@@ -96,22 +96,6 @@ class Write(Generic[M]):
         return _response(done)
 
 
-def write_doc(model: type[BaseModel]) -> dict[str, Any]:
-    """The `openapi_extra` of a write route reading a `model` body: the token
-    (`token_doc`), Idempotency-Key and the body, none of which FastAPI sees."""
-    doc = token_doc()
-    doc["parameters"].append(
-        header_doc(
-            IDEMPOTENCY_HEADER,
-            MAX_KEY_LENGTH,
-            "Retry-safe writes: a replay returns the first outcome, unchanged.",
-        )
-    )
-    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
-    doc["requestBody"] = {"required": True, "content": {JSON_MEDIA_TYPE: {"schema": ref}}}
-    return doc
-
-
 class WriteOf(Generic[M]):
     """The reader of a write route taking a `model` body from a caller with one of `roles`
     (or operator). Called with the request, in order: Idempotency-Key checked (422), the
@@ -123,8 +107,19 @@ class WriteOf(Generic[M]):
         self._admitted = require(*roles)
 
     def doc(self) -> dict[str, Any]:
-        """The route's `openapi_extra` (`write_doc`): a new dict, FastAPI merges it."""
-        return write_doc(self.model)
+        """The route's `openapi_extra`: the token (`token_doc`), Idempotency-Key and the
+        body, none of which FastAPI sees. A new dict each time: FastAPI merges it."""
+        doc = token_doc()
+        doc["parameters"].append(
+            header_doc(
+                IDEMPOTENCY_HEADER,
+                MAX_KEY_LENGTH,
+                "Retry-safe writes: a replay returns the first outcome, unchanged.",
+            )
+        )
+        ref = {"$ref": f"#/components/schemas/{self.model.__name__}"}
+        doc["requestBody"] = {"required": True, "content": {JSON_MEDIA_TYPE: {"schema": ref}}}
+        return doc
 
     async def __call__(self, request: Request) -> Write[M]:
         raw = request.headers.get(IDEMPOTENCY_HEADER)
