@@ -330,14 +330,14 @@ def wl_env(url: str, home: Path, **extra: str) -> dict[str, str]:
 async def app_process(
     kind: str, url: str, home: Path, bin_dir: Path = BIN, env: dict[str, str] | None = None
 ) -> AsyncIterator[AppProcess]:
-    """`serve` of the environment `bin_dir`, or (kind "bare") the bare ASGI app of
+    """`serve` of the environment `bin_dir`, or (kind "bare" or "floor") that app of
     bench/httpbench.py under uvicorn; started, waited for, stopped."""
     port = free_port()
     if kind == "serve":
         cmd = [str(bin_dir / "work-ledger"), "serve", "--port", str(port)]
     else:
-        here = str(HERE.parent)
-        cmd = [sys.executable, "-m", "uvicorn", "bench.httpbench:bare_app", "--port", str(port),
+        here, app = str(HERE.parent), f"bench.httpbench:{kind}_app"
+        cmd = [sys.executable, "-m", "uvicorn", app, "--port", str(port),
                "--app-dir", here, "--loop", "uvloop", "--http", "httptools", "--no-access-log",
                "--log-level", "warning"]  # fmt: skip
     log = (home / f"{kind}-{port}.log").open("ab")  # serve logs every request: not here

@@ -1,6 +1,7 @@
 """HTTP: `work-ledger serve` against a bare ASGI app running the hand-written statements
-(`bare_app`), same requests, same client; and the A/B mode (`bench.run --against REV`), two
-builds of serve on one database in alternating windows."""
+(`bare_app`) and against FastAPI's floor (`floor_app`), same requests, same client; and
+the A/B mode (`bench.run --against REV`), two builds of serve on one database in
+alternating windows."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
+from fastapi import FastAPI, Request, Response
 
 from bench.claims import EVIDENCE, LEASE_SECONDS, RAW, seed_ledger, set_up
 from bench.harness import (
@@ -71,15 +74,24 @@ async def _route(path: str, agent: str, body: dict[str, Any]) -> Any:
     return {"unit": {"id": parts[1]}, "attempt": {"id": body["attempt_id"]}}
 
 
+async def _open_pool() -> asyncpg.Pool:
+    size = int(os.environ.get("WL_POOL_SIZE") or DEFAULT_POOL_SIZE)  # serve's
+    return await asyncpg.create_pool(os.environ["WL_DATABASE_URL"], min_size=1, max_size=size)
+
+
+def _answer(scope: Any, raw: bytes) -> Awaitable[Any]:
+    """The agent is X-WL-Agent when sent, else the bearer token itself (a token is a name)."""
+    headers = dict(scope["headers"])
+    agent = headers.get(b"x-wl-agent") or headers.get(b"authorization", b"Bearer -").split()[-1]
+    return _route(scope["path"], agent.decode(), json.loads(raw) if raw else {})
+
+
 async def bare_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """The floor an HTTP claim can reach: the paths and bodies the benchmark sends to serve.
-    The agent is X-WL-Agent when sent, else the bearer token itself (a token is a name)."""
+    """The floor an HTTP claim can reach: the paths and bodies the benchmark sends to serve."""
     global _pool
     if scope["type"] == "lifespan":
         while (await receive())["type"] != "lifespan.shutdown":
-            size = int(os.environ.get("WL_POOL_SIZE") or DEFAULT_POOL_SIZE)  # serve's
-            url = os.environ["WL_DATABASE_URL"]
-            _pool = await asyncpg.create_pool(url, min_size=1, max_size=size)
+            _pool = await _open_pool()
             await send({"type": "lifespan.startup.complete"})
         if _pool is not None:
             await _pool.close()
@@ -89,14 +101,33 @@ async def bare_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     while (message := await receive()).get("more_body"):
         raw += message.get("body", b"")
     raw += message.get("body", b"")
-    headers = dict(scope["headers"])
-    agent = headers.get(b"x-wl-agent") or headers.get(b"authorization", b"Bearer -").split()[-1]
-    answer = await _route(scope["path"], agent.decode(), json.loads(raw) if raw else {})
-    data = json.dumps(answer).encode()
+    data = json.dumps(await _answer(scope, raw)).encode()
     length = str(len(data)).encode()
     headers_out = [(b"content-type", b"application/json"), (b"content-length", length)]
     await send({"type": "http.response.start", "status": 200, "headers": headers_out})
     await send({"type": "http.response.body", "body": data})
+
+
+@contextlib.asynccontextmanager
+async def _floor_pool(app: FastAPI) -> AsyncIterator[None]:
+    global _pool
+    async with await _open_pool() as _pool:
+        yield
+
+
+# FastAPI's floor: the bare app behind FastAPI routes as its documentation writes them (a
+# Request in, a Response out); no middleware, authentication or validation.
+floor_app = FastAPI(lifespan=_floor_pool)
+
+
+@floor_app.get("/healthz")
+@floor_app.post("/units/claim")
+@floor_app.post("/units/{unit}/transition")
+@floor_app.post("/units/{unit}/dispose")
+@floor_app.post("/attempts/{attempt}/cost")
+async def _floor(request: Request) -> Response:
+    answer = await _answer(request.scope, await request.body())
+    return Response(json.dumps(answer), media_type="application/json")
 
 
 # -- the loops ------------------------------------------------------------------------------
@@ -189,57 +220,31 @@ UNION ALL SELECT 'bench', NULL, 1000000000000
 UNION ALL SELECT 'bench', domain, 1000000000000 FROM (SELECT DISTINCT domain FROM work_units) AS d
 """
 EXTRA_SEED = {"http_claim_budget": BUDGETS, "http_claim_controls": RAW["ledger_controls_seed"]}
-CLAIM_LOOP = "2 requests, 2 commits: POST /units/claim, then POST /units/{id}/transition to "
-LIFE_LOOP = "5 requests, 5 commits: claim, start, cost, verify, dispose MIGRATED "
 KEYED = ", each with a fresh Idempotency-Key, as the SDK sends"
+CLAIM = "2 requests, 2 commits: POST /units/claim, then /units/{id}/transition to in_progress "
+LIFE = "5 requests, 5 commits: claim, start, cost, verify, dispose MIGRATED "
+KEYED_CLAIM, KEYED_LIFE = partial(claim_start_ops, keyed=True), partial(life_ops, keyed=True)
 # name: (app, operations, backlog, what one item's measured loop includes)
-CONFIGS = {
-    "http_claim": (
-        "serve",
-        claim_start_ops,
-        20_000,
-        CLAIM_LOOP + "in_progress through "
-        "`work-ledger serve` (token auth, validation, service); a sub-agent per item",
-    ),
-    "http_claim_keyed": (
-        "serve",
-        partial(claim_start_ops, keyed=True),
-        20_000,
-        "http_claim" + KEYED,
-    ),
-    "asgi_raw_claim": (
-        "bare",
-        claim_start_ops,
-        20_000,
-        CLAIM_LOOP + "in_progress to a bare "
-        "ASGI app: the hand-written claim CTE and finish (serve's pool size)",
-    ),
-    "http_claim_budget": (
-        "serve",
-        claim_start_ops,
-        20_000,
-        "http_claim with 1,000 budgets, "
-        "a fleet-wide and a domain one over the claimed units, far from spent",
-    ),
-    "http_claim_controls": (
-        "serve",
-        claim_start_ops,
-        20_000,
-        "http_claim with flow controls "
-        "that stop none of its backlog (raw.sql ledger_controls_seed): a key "
-        "on each claimed unit, 200 other fleets capped, every other one "
-        "paused, 1,000 paused units ahead in the queue",
-    ),
-    "http_life": ("serve", life_ops, 8_000, LIFE_LOOP + "through serve; a token per worker"),
-    "http_life_keyed": ("serve", partial(life_ops, keyed=True), 8_000, "http_life" + KEYED),
-    "http_life_by_model": (
-        "serve",
-        partial(life_ops, cost=BY_MODEL),
-        8_000,
-        "http_life with a Claude Code result's cost record: model, four token counts",
-    ),
-    "asgi_raw_life": ("bare", life_ops, 8_000, LIFE_LOOP + "to the bare ASGI app"),
-}
+CONFIGS: dict[str, tuple[str, Callable[..., list[Operation]], int, str]] = {
+    "http_claim": ("serve", claim_start_ops, 20_000, CLAIM + "through `work-ledger serve` "
+                   "(token auth, validation, service); a sub-agent per item"),
+    "http_claim_keyed": ("serve", KEYED_CLAIM, 20_000, "http_claim" + KEYED),
+    "asgi_raw_claim": ("bare", claim_start_ops, 20_000, CLAIM + "to a bare ASGI app: the "
+                       "hand-written claim CTE and finish (serve's pool size)"),
+    "fastapi_raw_claim": ("floor", claim_start_ops, 20_000, CLAIM + "to the bare app's "
+                          "statements behind FastAPI routes (`floor_app`)"),
+    "http_claim_budget": ("serve", claim_start_ops, 20_000, "http_claim with 1,000 budgets, a "
+                          "fleet-wide and a domain one over the claimed units, far from spent"),
+    "http_claim_controls": ("serve", claim_start_ops, 20_000, "http_claim with flow controls "
+                            "that stop none of its backlog (raw.sql ledger_controls_seed): a key "
+                            "on each claimed unit, 200 other fleets capped, every other one "
+                            "paused, 1,000 paused units ahead in the queue"),
+    "http_life": ("serve", life_ops, 8_000, LIFE + "through serve; a token per worker"),
+    "http_life_keyed": ("serve", KEYED_LIFE, 8_000, "http_life" + KEYED),
+    "http_life_by_model": ("serve", partial(life_ops, cost=BY_MODEL), 8_000, "http_life with a "
+                           "Claude Code result's cost record: model, four token counts"),
+    "asgi_raw_life": ("bare", life_ops, 8_000, LIFE + "to the bare ASGI app"),
+}  # fmt: skip
 
 
 async def run(
