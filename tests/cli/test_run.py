@@ -177,11 +177,21 @@ def test_run_lost_claim_stops_command(
     flushes its telemetry; SIGTERM would end it at once), exit 4."""
     operator.register([{"external_ref": "u1", "fleet": "f"}])
     started, interrupted = tmp_path / "started", tmp_path / "interrupted"
+    # CMD in Python, not sh: dash lost a trapped SIGINT once in a full run (the test hung
+    # with the claim reported lost); Python runs its handler whenever the signal lands.
     script = (
-        f"trap 'echo INT > {interrupted}; exit 130' INT; trap 'echo TERM > {interrupted}' TERM; "
-        f"touch {started}; while true; do sleep 0.1; done"
+        "import pathlib, signal, sys, time\n"
+        f"out = pathlib.Path({str(interrupted)!r})\n"
+        "def stop(signum, frame):\n"
+        "    out.write_text('INT\\n')\n"
+        "    sys.exit(130)\n"
+        "signal.signal(signal.SIGINT, stop)\n"
+        "signal.signal(signal.SIGTERM, lambda signum, frame: out.write_text('TERM\\n'))\n"
+        f"pathlib.Path({str(started)!r}).touch()\n"
+        "while True:\n"
+        "    time.sleep(0.1)\n"
     )
-    child = launch(run_server, tmp_path, "--lease", "1", "--", "sh", "-c", script)
+    child = launch(run_server, tmp_path, "--lease", "1", "--", sys.executable, "-c", script)
     deadline = time.monotonic() + 30
     while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
