@@ -149,8 +149,14 @@ def test_run_forwards_sigterm(run_server: LedgerServer, operator: Client, tmp_pa
     """SIGTERM to `run` reaches CMD; CMD's exit status settles the unit (released failed)."""
     operator.register([{"external_ref": "u1", "fleet": "f"}])
     started = tmp_path / "started"
-    script = f"trap 'exit 7' TERM; touch {started}; while true; do sleep 0.1; done"
-    child = launch(run_server, tmp_path, "--", "sh", "-c", script)
+    script = (  # in Python, as in test_run_lost_claim_stops_command
+        "import pathlib, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(7))\n"
+        f"pathlib.Path({str(started)!r}).touch()\n"
+        "while True:\n"
+        "    time.sleep(0.1)\n"
+    )
+    child = launch(run_server, tmp_path, "--", sys.executable, "-c", script)
     deadline = time.monotonic() + 30
     while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
