@@ -60,6 +60,16 @@ def launch(server: LedgerServer, tmp_path: Path, *args: str) -> subprocess.Popen
     )
 
 
+def _waiting_command(started: Path, handlers: str) -> list[str]:
+    """CMD for the signal tests: Python that installs `handlers`, touches `started` and waits
+    for a signal. Not `sh -c` with traps: once in a full run the shell missed the SIGINT
+    `run` sent it (the test hung with the claim reported lost); Python runs its handler
+    whenever the signal lands."""
+    script = f"import pathlib, signal, sys, time\n{handlers}\n"
+    script += f"pathlib.Path({str(started)!r}).touch()\nwhile True:\n    time.sleep(0.1)\n"
+    return [sys.executable, "-c", script]
+
+
 def run(server: LedgerServer, tmp_path: Path, *args: str) -> tuple[int, str]:
     """`work-ledger run ARGS` in-process: (exit status, stderr)."""
     result = CliRunner().invoke(app, ["run", *args], env=environment(server, tmp_path))
@@ -149,14 +159,8 @@ def test_run_forwards_sigterm(run_server: LedgerServer, operator: Client, tmp_pa
     """SIGTERM to `run` reaches CMD; CMD's exit status settles the unit (released failed)."""
     operator.register([{"external_ref": "u1", "fleet": "f"}])
     started = tmp_path / "started"
-    script = (  # in Python, as in test_run_lost_claim_stops_command
-        "import pathlib, signal, sys, time\n"
-        "signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(7))\n"
-        f"pathlib.Path({str(started)!r}).touch()\n"
-        "while True:\n"
-        "    time.sleep(0.1)\n"
-    )
-    child = launch(run_server, tmp_path, "--", sys.executable, "-c", script)
+    handler = "signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(7))"
+    child = launch(run_server, tmp_path, "--", *_waiting_command(started, handler))
     deadline = time.monotonic() + 30
     while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -183,21 +187,15 @@ def test_run_lost_claim_stops_command(
     flushes its telemetry; SIGTERM would end it at once), exit 4."""
     operator.register([{"external_ref": "u1", "fleet": "f"}])
     started, interrupted = tmp_path / "started", tmp_path / "interrupted"
-    # CMD in Python, not sh: dash lost a trapped SIGINT once in a full run (the test hung
-    # with the claim reported lost); Python runs its handler whenever the signal lands.
-    script = (
-        "import pathlib, signal, sys, time\n"
+    handlers = (
         f"out = pathlib.Path({str(interrupted)!r})\n"
         "def stop(signum, frame):\n"
         "    out.write_text('INT\\n')\n"
         "    sys.exit(130)\n"
         "signal.signal(signal.SIGINT, stop)\n"
-        "signal.signal(signal.SIGTERM, lambda signum, frame: out.write_text('TERM\\n'))\n"
-        f"pathlib.Path({str(started)!r}).touch()\n"
-        "while True:\n"
-        "    time.sleep(0.1)\n"
+        "signal.signal(signal.SIGTERM, lambda signum, frame: out.write_text('TERM\\n'))"
     )
-    child = launch(run_server, tmp_path, "--lease", "1", "--", sys.executable, "-c", script)
+    child = launch(run_server, tmp_path, "--lease", "1", "--", *_waiting_command(started, handlers))
     deadline = time.monotonic() + 30
     while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
